@@ -1,0 +1,237 @@
+"""Configuration: pydantic-settings models, the only reader of config files and the environment.
+
+Precedence, highest first: environment (`RAGMON_` prefix, `__` between nesting levels), the YAML
+file given with `--config`, then the defaults embedded here (which run the daemon on its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.exceptions import SettingsError
+
+ENV_PREFIX = "RAGMON_"
+ENV_NESTED_DELIMITER = "__"
+
+InputFormat = Literal["native", "otlp_json", "otlp_proto", "auto"]
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; `problems` pairs each bad field's dotted path with why."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = [f"invalid configuration{where}:"]
+        lines += [f"  {field}: {why} (env {env_name(field)})" for field, why in problems]
+        super().__init__("\n".join(lines))
+
+
+def env_name(dotted_field: str) -> str:
+    """The environment variable that sets a field: `kafka.topics` -> `RAGMON_KAFKA__TOPICS`."""
+    parts = [p for p in dotted_field.split(".") if not p.isdigit()]
+    return ENV_PREFIX + ENV_NESTED_DELIMITER.join(p.upper() for p in parts)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class KafkaConfig(_Section):
+    bootstrap_servers: str = "localhost:9092"
+    topics: list[str] = Field(default_factory=lambda: ["rag_traces"], min_length=1)
+    group_id: str = Field(default="rag-monitor", min_length=1)
+    dlq_topic: str = Field(default="rag_traces.dlq", min_length=1)
+    format: InputFormat = "auto"
+    client_id: str = "rag-monitor"
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_password: SecretStr | None = None
+    max_message_bytes: int = Field(default=1_048_576, gt=0)
+    max_in_flight: int = Field(default=1000, gt=0, description="unfinished traces held at once")
+    fetch_max_records: int = Field(default=500, gt=0)
+    commit_interval_seconds: float = Field(default=5.0, gt=0)
+    session_timeout_ms: int = Field(default=30_000, gt=0)
+    heartbeat_interval_ms: int = Field(default=3_000, gt=0)
+    max_poll_interval_ms: int = Field(default=300_000, gt=0)
+    otlp_assembly_window_seconds: float = Field(default=5.0, ge=0)
+    otlp_max_pending_traces: int = Field(default=10_000, gt=0)
+
+    @model_validator(mode="after")
+    def _check_security(self) -> KafkaConfig:
+        if self.security_protocol.startswith("SASL"):
+            if self.sasl_mechanism is None:
+                raise ValueError("sasl_mechanism is required with a SASL security_protocol")
+            if not self.sasl_username or self.sasl_password is None:
+                raise ValueError("sasl_username and sasl_password are required with SASL")
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name} {str(path)!r} is not a readable file")
+        if self.dlq_topic in self.topics:
+            raise ValueError("dlq_topic must not be one of the consumed topics")
+        return self
+
+
+class HttpConfig(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(default=9820, ge=0, le=65535)
+    health_stall_seconds: float = Field(
+        default=60.0, gt=0, description="/healthz fails when the consume loop is stuck this long"
+    )
+
+
+class LogConfig(_Section):
+    format: Literal["json", "console", "auto"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class TelemetryConfig(_Section):
+    """The daemon's own OpenTelemetry spans; off unless an OTLP endpoint is set."""
+
+    otlp_endpoint: str | None = None
+    service_name: str = "rag-monitor"
+
+
+class ShutdownConfig(_Section):
+    deadline_seconds: float = Field(default=20.0, gt=0)
+
+
+class MetricsConfig(_Section):
+    max_agents: int = Field(
+        default=50, gt=0, description="distinct agent label values; the rest export as 'other'"
+    )
+
+
+class Settings(BaseSettings):
+    """Everything the daemon reads at start-up."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init kwargs; the environment overrides it.
+        return env_settings, init_settings
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([("--config", f"cannot read {path}: {exc.strerror}")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([("--config", f"{path} is not valid YAML: {exc}")]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([("--config", f"{path} must hold a mapping at the top level")])
+    return data
+
+
+def load_settings(config_file: Path | None = None) -> Settings:
+    """Build the effective settings, raising ConfigError that names every bad field."""
+    file_values = _read_yaml(config_file) if config_file is not None else {}
+    source = str(config_file) if config_file is not None else None
+    try:
+        return Settings(**file_values)
+    except SettingsError as exc:
+        raise ConfigError(_undecodable_env_values() or [("(environment)", str(exc))], source) from None
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = ".".join(str(part) for part in error["loc"]) or "(root)"
+            problems.append((field, error["msg"]))
+        raise ConfigError(problems, source) from None
+
+
+def _undecodable_env_values() -> list[tuple[str, str]]:
+    """Name the RAGMON_ variables holding a list or mapping that is not valid JSON."""
+    problems = []
+    for key, value in os.environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        path = key[len(ENV_PREFIX):].lower().split(ENV_NESTED_DELIMITER)
+        model: type[BaseModel] = Settings
+        annotation: Any = None
+        for part in path:
+            field = model.model_fields.get(part)
+            if field is None:
+                break
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                model = annotation
+        if get_origin(annotation) in (list, dict):
+            try:
+                json.loads(value)
+            except ValueError:
+                problems.append((".".join(path), f"{key} must be JSON, for example [\"a\", \"b\"]"))
+    return problems
+
+
+def masked_dump(settings: Settings) -> dict[str, Any]:
+    """The effective configuration as plain data, with every secret replaced by asterisks."""
+    dumped: dict[str, Any] = settings.model_dump(mode="json")
+    return dumped
+
+
+def aiokafka_security_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
+    """Security settings in the form aiokafka's clients take them."""
+    kwargs: dict[str, Any] = {"security_protocol": kafka.security_protocol}
+    if kafka.security_protocol.startswith("SASL"):
+        kwargs["sasl_mechanism"] = kafka.sasl_mechanism
+        kwargs["sasl_plain_username"] = kafka.sasl_username
+        kwargs["sasl_plain_password"] = (
+            kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
+        )
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        from aiokafka.helpers import create_ssl_context
+
+        kwargs["ssl_context"] = create_ssl_context(
+            cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None,
+            certfile=str(kafka.ssl_certfile) if kafka.ssl_certfile else None,
+            keyfile=str(kafka.ssl_keyfile) if kafka.ssl_keyfile else None,
+            password=kafka.ssl_password.get_secret_value() if kafka.ssl_password else None,
+        )
+    return kwargs
+
+
+def running_on_tty() -> bool:
+    return os.isatty(2)

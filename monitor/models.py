@@ -1,0 +1,147 @@
+"""Value types shared by every stage: the RAG trace (DESIGN.md section 2) and what stages emit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = 1
+DEFAULT_AGENT = "default"
+
+ConstraintKind = Literal[
+    "language", "max_chars", "max_sentences", "forbidden_terms", "required_terms", "format"
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class Context(_Strict):
+    """One retrieved chunk, in the order it was given to the model."""
+
+    id: str
+    text: str
+    score: float | None = None
+    rank: int | None = Field(default=None, ge=0)
+    source: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class Constraint(_Strict):
+    """A rule active at a turn; `kind` makes it machine-checkable."""
+
+    id: str
+    text: str
+    kind: ConstraintKind | None = None
+    value: Any = None
+
+
+class Usage(_Strict):
+    input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
+
+
+class Feedback(_Strict):
+    score: float | None = None
+    comment: str | None = None
+
+
+class Trace(_Strict):
+    """One RAG turn: native JSON trace contract, version 1."""
+
+    schema_version: Literal[1] = 1
+    trace_id: str = Field(min_length=1, max_length=256)
+    timestamp: datetime
+    agent: str = Field(default=DEFAULT_AGENT, min_length=1, max_length=128)
+    conversation_id: str | None = Field(default=None, max_length=256)
+    turn: int | None = Field(default=None, ge=1)
+    query: str
+    contexts: list[Context]
+    answer: str
+    reference: str | None = None
+    constraints: list[Constraint] | None = None
+    memory_tokens: int | None = Field(default=None, ge=0)
+    model: str | None = None
+    latency_ms: float | None = Field(default=None, ge=0)
+    usage: Usage | None = None
+    feedback: Feedback | None = None
+    language: str | None = None
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("timestamp")
+    @classmethod
+    def _require_timezone(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("timestamp must carry a UTC offset (RFC 3339)")
+        return value
+
+    @property
+    def partition_key(self) -> str:
+        """The Kafka key this trace should carry: its conversation, else itself."""
+        return self.conversation_id or self.trace_id
+
+
+TraceFormat = Literal["native", "otlp_json", "otlp_proto"]
+
+
+class Score(_Strict):
+    """A metric's value in [0, 1], or None with the reason it is unmeasured (never 0, never NaN)."""
+
+    value: float | None = None
+    reason: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.value is not None
+
+    @classmethod
+    def of(cls, value: float) -> Score:
+        if value != value or not 0.0 <= value <= 1.0:  # NaN or out of range
+            return cls(value=None, reason=f"invalid value {value!r}")
+        return cls(value=value)
+
+    @classmethod
+    def unmeasured(cls, reason: str) -> Score:
+        return cls(value=None, reason=reason)
+
+
+class StatementVerdict(_Strict):
+    """One statement of the answer and whether the contexts support it."""
+
+    statement: str
+    supported: bool
+    evidence_context_id: str | None = None
+    support: float | None = None
+    reason: str | None = None
+
+
+class ConstraintVerdict(_Strict):
+    constraint_id: str
+    status: Literal["satisfied", "violated", "omitted", "unmeasured"]
+    reason: str | None = None
+
+
+class EvaluationResult(_Strict):
+    """One result per (trace_id, evaluator); a re-score overwrites, never duplicates."""
+
+    trace_id: str
+    conversation_id: str | None = None
+    turn: int | None = None
+    agent: str = DEFAULT_AGENT
+    timestamp: datetime
+    evaluator: str
+    scores: dict[str, Score]
+    statements: list[StatementVerdict] = Field(default_factory=list)
+    constraints: list[ConstraintVerdict] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)
+    judge_model: str | None = None
+    tokens: Usage | None = None
+    latency_ms: float | None = None
+    errors: list[str] = Field(default_factory=list)
+
+    @property
+    def unsupported_claims(self) -> list[str]:
+        return [v.statement for v in self.statements if not v.supported]

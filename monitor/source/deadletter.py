@@ -1,0 +1,108 @@
+"""Dead-lettering: a message that cannot be processed is kept, with why, and never blocks the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any, Protocol, TextIO
+
+import structlog
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from monitor.source.messages import RawMessage
+
+log = structlog.get_logger(__name__)
+
+HEADER_PREFIX = "ragmon."
+
+
+def dead_letter_headers(
+    msg: RawMessage, reason: str, error_class: str, detail: str
+) -> list[tuple[str, bytes]]:
+    """The original headers, then where the message came from and what was wrong with it."""
+    ours = {
+        "original.topic": msg.topic,
+        "original.partition": str(msg.partition),
+        "original.offset": str(msg.offset),
+        "error.reason": reason,
+        "error.class": error_class,
+        "error.message": detail,
+    }
+    kept = [(k, v) for k, v in msg.headers if not k.startswith(HEADER_PREFIX)]
+    return kept + [(HEADER_PREFIX + k, v.encode("utf-8")) for k, v in ours.items()]
+
+
+class DeadLetterSink(Protocol):
+    async def send(
+        self, msg: RawMessage, reason: str, error_class: str, detail: str,
+        value: bytes | None = None,
+    ) -> None:
+        """Store the message (or `value` in its place) durably; return only once it is stored."""
+        ...
+
+
+class KafkaDeadLetters:
+    """Produces dead letters to a topic with the original key, value and headers.
+
+    `send` retries until the broker acknowledges: the caller's offset stays uncommitted meanwhile,
+    so a crash re-reads the message instead of losing it.
+    """
+
+    def __init__(self, topic: str, producer_kwargs: dict[str, Any]) -> None:
+        self.topic = topic
+        self._producer = AIOKafkaProducer(acks="all", **producer_kwargs)
+        self._closed = False
+
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        self._closed = True
+        await self._producer.stop()
+
+    async def send(
+        self, msg: RawMessage, reason: str, error_class: str, detail: str,
+        value: bytes | None = None,
+    ) -> None:
+        headers = dead_letter_headers(msg, reason, error_class, detail)
+        payload = msg.value if value is None else value
+        delay = 0.2
+        while True:
+            try:
+                await self._producer.send_and_wait(
+                    self.topic, value=payload, key=msg.key, headers=headers
+                )
+                return
+            except KafkaError as exc:
+                if self._closed:
+                    raise
+                log.warning("dead-letter produce failed; retrying", error=type(exc).__name__,
+                            retry_in_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+
+class StreamDeadLetters:
+    """Dead letters of the file source: one JSON line each (to stderr or a file)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+
+    async def send(
+        self, msg: RawMessage, reason: str, error_class: str, detail: str,
+        value: bytes | None = None,
+    ) -> None:
+        payload = msg.value if value is None else value
+        record = {
+            "dead_letter": True,
+            "source": msg.topic,
+            "line": msg.offset,
+            "reason": reason,
+            "error_class": error_class,
+            "error": detail,
+            "value": payload.decode("utf-8", "replace") if payload is not None else None,
+        }
+        self._stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._stream.flush()

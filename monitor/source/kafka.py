@@ -1,0 +1,181 @@
+"""The Kafka consumer: group membership, fetching, manual commits of finished offsets, rebalances."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+from monitor.config import KafkaConfig, aiokafka_security_kwargs
+from monitor.export.metrics import Metrics
+from monitor.source.messages import RawMessage
+from monitor.source.offsets import OffsetTracker
+
+log = structlog.get_logger(__name__)
+
+REVOKE_WAIT_SECONDS = 5.0
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, source: KafkaSource) -> None:
+        self._source = source
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._source.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self._source.on_assigned(set(assigned))
+
+
+class KafkaSource:
+    """Consumes the input topics; commits only offsets the tracker says are finished."""
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        tracker: OffsetTracker,
+        metrics: Metrics,
+        on_assigned: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+        on_revoking: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+    ) -> None:
+        self._config = config
+        self._tracker = tracker
+        self._metrics = metrics
+        self._on_assigned = on_assigned
+        self._on_revoking = on_revoking
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=config.bootstrap_servers,
+            group_id=config.group_id,
+            client_id=config.client_id,
+            enable_auto_commit=False,
+            auto_offset_reset=config.auto_offset_reset,
+            max_partition_fetch_bytes=max(config.max_message_bytes * 2, 1_048_576),
+            fetch_max_bytes=max(config.max_message_bytes * 4, 52_428_800),
+            session_timeout_ms=config.session_timeout_ms,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            max_poll_interval_ms=config.max_poll_interval_ms,
+            **aiokafka_security_kwargs(config),
+        )
+        self._last_commit_at = time.monotonic()
+        self.last_fetch_ok: float | None = None
+        self._lag_labels: set[tuple[str, str]] = set()
+
+    def producer_kwargs(self) -> dict[str, Any]:
+        """Connection settings for producers that talk to the same cluster (dead letters)."""
+        return {
+            "bootstrap_servers": self._config.bootstrap_servers,
+            "client_id": f"{self._config.client_id}-producer",
+            **aiokafka_security_kwargs(self._config),
+        }
+
+    async def start(self) -> None:
+        self._consumer.subscribe(topics=self._config.topics, listener=_Rebalance(self))
+        await self._consumer.start()
+
+    @property
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._consumer.assignment())
+
+    async def fetch(self, timeout_ms: int = 500) -> list[RawMessage]:
+        batches = await self._consumer.getmany(
+            timeout_ms=timeout_ms, max_records=self._config.fetch_max_records
+        )
+        self.last_fetch_ok = time.monotonic()
+        messages: list[RawMessage] = []
+        for records in batches.values():
+            for rec in records:
+                messages.append(
+                    RawMessage(
+                        topic=rec.topic,
+                        partition=rec.partition,
+                        offset=rec.offset,
+                        key=rec.key,
+                        value=rec.value,
+                        headers=tuple(rec.headers or ()),
+                        timestamp_ms=rec.timestamp,
+                    )
+                )
+        return messages
+
+    async def commit_if_due(self) -> None:
+        if time.monotonic() - self._last_commit_at >= self._config.commit_interval_seconds:
+            await self.commit()
+
+    async def commit(self, partitions: set[TopicPartition] | None = None) -> bool:
+        """Commit every finished offset (of `partitions`, or all); False when the commit failed."""
+        self._last_commit_at = time.monotonic()
+        owned = self.assignment if partitions is None else partitions & self.assignment
+        offsets = self._tracker.to_commit(owned)
+        self._update_lag(owned)
+        if not offsets:
+            return True
+        try:
+            await self._consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+        except KafkaError as exc:
+            self._metrics.commits.labels("error").inc()
+            log.warning("offset commit failed; will retry", error=f"{type(exc).__name__}: {exc}")
+            return False
+        self._tracker.mark_committed(offsets)
+        self._metrics.commits.labels("ok").inc()
+        self._metrics.last_commit.set(time.time())
+        log.debug("offsets committed", offsets={f"{tp.topic}/{tp.partition}": o
+                                                 for tp, o in offsets.items()})
+        return True
+
+    def _update_lag(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            end = self._consumer.highwater(tp)
+            position = self._tracker.committable(tp)
+            if end is None or position is None:
+                continue
+            # Some brokers (Tansu) report a high watermark behind the real end: never negative.
+            labels = (tp.topic, str(tp.partition))
+            self._lag_labels.add(labels)
+            self._metrics.consumer_lag.labels(*labels).set(max(0, end - position))
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._metrics.rebalances.inc()
+        self._metrics.assigned_partitions.set(len(self.assignment))
+        log.info("partitions assigned", partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned))
+        if self._on_assigned is not None:
+            await self._on_assigned(assigned)
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Let in-flight work of the revoked partitions finish briefly, commit it, then forget them."""
+        if not revoked:
+            return
+        if self._on_revoking is not None:
+            await self._on_revoking(revoked)
+        deadline = time.monotonic() + REVOKE_WAIT_SECONDS
+        while any(self._tracker.pending(tp) for tp in revoked) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        offsets = self._tracker.to_commit(revoked)
+        if offsets:
+            try:
+                await self._consumer.commit(
+                    {tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()}
+                )
+                self._metrics.commits.labels("ok").inc()
+                self._metrics.last_commit.set(time.time())
+            except KafkaError as exc:
+                self._metrics.commits.labels("error").inc()
+                log.warning("commit on revocation failed; the next owner re-reads",
+                            error=f"{type(exc).__name__}: {exc}")
+        self._tracker.forget(revoked)
+        for tp in revoked:
+            labels = (tp.topic, str(tp.partition))
+            if labels in self._lag_labels:
+                self._metrics.consumer_lag.remove(*labels)
+                self._lag_labels.discard(labels)
+        log.info("partitions revoked", partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked))
+
+    async def stop(self) -> None:
+        """Leave the group (the caller commits first)."""
+        await self._consumer.stop()
+

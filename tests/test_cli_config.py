@@ -1,0 +1,92 @@
+"""`rag-monitor check-config`, `schema` and start-up refusal on a bad configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.cli import main
+from monitor.config import ConfigError, load_settings
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
+                          text=True, env=full_env, timeout=60)
+
+
+def test_environment_overrides_the_file_and_nested_names_use_double_underscores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("kafka:\n  group_id: from-file\n  topics: [a]\nhttp:\n  port: 9000\n")
+    monkeypatch.setenv("RAGMON_KAFKA__GROUP_ID", "from-env")
+    monkeypatch.setenv("RAGMON_KAFKA__TOPICS", '["x", "y"]')
+    settings = load_settings(config)
+    assert settings.kafka.group_id == "from-env"
+    assert settings.kafka.topics == ["x", "y"]
+    assert settings.http.port == 9000, "fields the environment does not set come from the file"
+
+
+def test_check_config_masks_secrets(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("kafka:\n  security_protocol: SASL_PLAINTEXT\n"
+                      "  sasl_mechanism: SCRAM-SHA-256\n  sasl_username: monitor\n")
+    result = _cli("check-config", "--config", str(config),
+                  env={"RAGMON_KAFKA__SASL_PASSWORD": "s3cret-kafka-pw"})
+    assert result.returncode == 0, result.stderr
+    assert "s3cret-kafka-pw" not in result.stdout + result.stderr
+    assert "sasl_password: '**********'" in result.stdout
+    assert "sasl_username: monitor" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "env", "field"),
+    [
+        ("kafka:\n  topics: []\n", {}, "kafka.topics"),
+        ("http:\n  port: 70000\n", {}, "http.port"),
+        ("kafka:\n  format: avro\n", {}, "kafka.format"),
+        ("kafka:\n  bootstrap_server: typo:9092\n", {}, "kafka.bootstrap_server"),
+        ("", {"RAGMON_LOG__FORMAT": "xml"}, "log.format"),
+        ("", {"RAGMON_KAFKA__TOPICS": "not json"}, "kafka.topics"),
+        ("kafka:\n  security_protocol: SASL_SSL\n", {}, "kafka"),
+    ],
+)
+def test_an_invalid_config_names_the_field_and_exits_non_zero(
+    tmp_path: Path, yaml_text: str, env: dict[str, str], field: str
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml_text)
+    for command in ("check-config", "run"):
+        result = _cli(command, "--config", str(config), env=env)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert field in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_config_error_names_the_environment_variable_too() -> None:
+    error = ConfigError([("kafka.dlq_topic", "bad")])
+    assert "RAGMON_KAFKA__DLQ_TOPIC" in str(error)
+
+
+def test_unreadable_and_malformed_files_are_reported(tmp_path: Path) -> None:
+    missing = _cli("check-config", "--config", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kafka: [unclosed\n")
+    result = _cli("check-config", "--config", str(broken))
+    assert result.returncode == 2 and "not valid YAML" in result.stderr
+
+
+def test_schema_command_prints_the_committed_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    committed = json.loads((Path(__file__).parents[1] / "schema" / "trace-v1.json").read_text())
+    assert printed == committed, "regenerate with: rag-monitor schema > schema/trace-v1.json"
+    assert set(printed["required"]) == {"trace_id", "timestamp", "query", "contexts", "answer"}
