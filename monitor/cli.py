@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the daemon")
     run.add_argument("--config", type=Path, help="YAML configuration file")
     run.add_argument(
-        "--source", default="kafka",
+        "--source",
+        default="kafka",
         help="'kafka' (default: the configured topics) or 'file:PATH.jsonl' ('file:-' for stdin)",
     )
 

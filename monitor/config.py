@@ -173,7 +173,9 @@ def load_settings(config_file: Path | None = None) -> Settings:
     try:
         return Settings(**file_values)
     except SettingsError as exc:
-        raise ConfigError(_undecodable_env_values() or [("(environment)", str(exc))], source) from None
+        raise ConfigError(
+            _undecodable_env_values() or [("(environment)", str(exc))], source
+        ) from None
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
@@ -188,7 +190,7 @@ def _undecodable_env_values() -> list[tuple[str, str]]:
     for key, value in os.environ.items():
         if not key.startswith(ENV_PREFIX):
             continue
-        path = key[len(ENV_PREFIX):].lower().split(ENV_NESTED_DELIMITER)
+        path = key[len(ENV_PREFIX) :].lower().split(ENV_NESTED_DELIMITER)
         model: type[BaseModel] = Settings
         annotation: Any = None
         for part in path:
@@ -202,7 +204,7 @@ def _undecodable_env_values() -> list[tuple[str, str]]:
             try:
                 json.loads(value)
             except ValueError:
-                problems.append((".".join(path), f"{key} must be JSON, for example [\"a\", \"b\"]"))
+                problems.append((".".join(path), f'{key} must be JSON, for example ["a", "b"]'))
     return problems
 
 

@@ -40,7 +40,7 @@ class SourceSpec:
         if text == "kafka":
             return cls("kafka")
         if text.startswith("file:") and len(text) > len("file:"):
-            return cls("file", text[len("file:"):])
+            return cls("file", text[len("file:") :])
         raise ValueError(f"--source must be 'kafka' or 'file:PATH' (or 'file:-'), not {text!r}")
 
 
@@ -158,8 +158,10 @@ class Daemon:
         deadline = time.monotonic() + self.settings.shutdown.deadline_seconds
         finished = await ingest.drain(deadline)
         if not finished:
-            log.warning("shutdown deadline passed; unfinished traces will be re-read",
-                        unfinished=ingest.in_flight)
+            log.warning(
+                "shutdown deadline passed; unfinished traces will be re-read",
+                unfinished=ingest.in_flight,
+            )
             ingest.cancel_all()
         await kafka.commit()
         return 0
@@ -176,8 +178,11 @@ class Daemon:
                     break
                 await ingest.handle(msg)
                 await ingest.tick()
-            await ingest.drain(float("inf") if not self._stop.is_set()
-                               else time.monotonic() + self.settings.shutdown.deadline_seconds)
+            await ingest.drain(
+                float("inf")
+                if not self._stop.is_set()
+                else time.monotonic() + self.settings.shutdown.deadline_seconds
+            )
         finally:
             self._file_running = False
             self.metrics.ready.set(0)

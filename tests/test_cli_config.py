@@ -17,8 +17,13 @@ from monitor.config import ConfigError, load_settings
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
-                          text=True, env=full_env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "monitor.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=60,
+    )
 
 
 def test_environment_overrides_the_file_and_nested_names_use_double_underscores(
@@ -36,10 +41,16 @@ def test_environment_overrides_the_file_and_nested_names_use_double_underscores(
 
 def test_check_config_masks_secrets(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text("kafka:\n  security_protocol: SASL_PLAINTEXT\n"
-                      "  sasl_mechanism: SCRAM-SHA-256\n  sasl_username: monitor\n")
-    result = _cli("check-config", "--config", str(config),
-                  env={"RAGMON_KAFKA__SASL_PASSWORD": "s3cret-kafka-pw"})
+    config.write_text(
+        "kafka:\n  security_protocol: SASL_PLAINTEXT\n"
+        "  sasl_mechanism: SCRAM-SHA-256\n  sasl_username: monitor\n"
+    )
+    result = _cli(
+        "check-config",
+        "--config",
+        str(config),
+        env={"RAGMON_KAFKA__SASL_PASSWORD": "s3cret-kafka-pw"},
+    )
     assert result.returncode == 0, result.stderr
     assert "s3cret-kafka-pw" not in result.stdout + result.stderr
     assert "sasl_password: '**********'" in result.stdout
@@ -84,7 +95,9 @@ def test_unreadable_and_malformed_files_are_reported(tmp_path: Path) -> None:
     assert result.returncode == 2 and "not valid YAML" in result.stderr
 
 
-def test_schema_command_prints_the_committed_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+def test_schema_command_prints_the_committed_json_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["schema"]) == 0
     printed = json.loads(capsys.readouterr().out)
     committed = json.loads((Path(__file__).parents[1] / "schema" / "trace-v1.json").read_text())

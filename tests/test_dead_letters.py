@@ -18,8 +18,9 @@ pytestmark = pytest.mark.kafka
 POISON: dict[str, bytes] = {
     "invalid_json": b'{"trace_id": "x", ',
     "invalid_utf8": b'{"trace_id": "\xff\xfe"}',
-    "schema_violation": json.dumps({"trace_id": "no-answer", "timestamp": "2026-01-01T00:00:00Z",
-                                    "query": "q", "contexts": []}).encode(),
+    "schema_violation": json.dumps(
+        {"trace_id": "no-answer", "timestamp": "2026-01-01T00:00:00Z", "query": "q", "contexts": []}
+    ).encode(),
     "unknown_schema_version": encode(native_trace(1, schema_version=7)),
     "too_large": encode(native_trace(2, answer="x" * 5000)),
     "otlp_undecodable": b"\x0a\xff\xff\xff\xff\x0f garbage that is not protobuf",
@@ -33,12 +34,17 @@ async def test_each_kind_of_poison_message_is_dead_lettered_with_headers(
     await create_topics(kafka_broker.bootstrap, [topic, dlq])
     good_before, good_after = native_trace(100), native_trace(101)
     values = [encode(good_before), *POISON.values(), encode(good_after)]
-    await produce(kafka_broker.bootstrap, topic, values,
-                  keys=[f"key-{i}".encode() for i in range(len(values))],
-                  headers=[("producer", b"test-suite")])
+    await produce(
+        kafka_broker.bootstrap,
+        topic,
+        values,
+        keys=[f"key-{i}".encode() for i in range(len(values))],
+        headers=[("producer", b"test-suite")],
+    )
     stage = SlowRecorder()
-    settings = daemon_settings(kafka_broker.bootstrap, [topic], f"{topic_prefix}.group", dlq,
-                               max_message_bytes=4096)
+    settings = daemon_settings(
+        kafka_broker.bootstrap, [topic], f"{topic_prefix}.group", dlq, max_message_bytes=4096
+    )
     daemon = Daemon(settings, SourceSpec("kafka"), processor=stage, registry=CollectorRegistry())
     running = RunningDaemon(daemon)
     await running.started()

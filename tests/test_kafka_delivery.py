@@ -30,8 +30,9 @@ class SlowRecorder:
 
 
 def _daemon(broker: KafkaBroker, prefix: str, stage: SlowRecorder, **kafka: object) -> Daemon:
-    settings = daemon_settings(broker.bootstrap, [f"{prefix}.in"], f"{prefix}.group",
-                               f"{prefix}.dlq", **kafka)
+    settings = daemon_settings(
+        broker.bootstrap, [f"{prefix}.in"], f"{prefix}.group", f"{prefix}.dlq", **kafka
+    )
     return Daemon(settings, SourceSpec("kafka"), processor=stage, registry=CollectorRegistry())
 
 
@@ -41,8 +42,12 @@ async def test_every_trace_is_processed_and_offsets_reach_the_end(
     await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.in"], partitions=3)
     await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.dlq"])
     traces = [native_trace(i) for i in range(300)]
-    await produce(kafka_broker.bootstrap, f"{topic_prefix}.in", [encode(t) for t in traces],
-                  keys=[t["conversation_id"].encode() for t in traces])
+    await produce(
+        kafka_broker.bootstrap,
+        f"{topic_prefix}.in",
+        [encode(t) for t in traces],
+        keys=[t["conversation_id"].encode() for t in traces],
+    )
     stage = SlowRecorder()
     running = RunningDaemon(_daemon(kafka_broker, topic_prefix, stage))
     await running.started()
@@ -64,12 +69,17 @@ async def test_a_crash_mid_batch_loses_nothing_and_commits_never_pass_unfinished
     await create_topics(kafka_broker.bootstrap, [topic], partitions=2)
     await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.dlq"])
     traces = [native_trace(i) for i in range(400)]
-    await produce(kafka_broker.bootstrap, topic, [encode(t) for t in traces],
-                  keys=[t["conversation_id"].encode() for t in traces])
+    await produce(
+        kafka_broker.bootstrap,
+        topic,
+        [encode(t) for t in traces],
+        keys=[t["conversation_id"].encode() for t in traces],
+    )
     offset_of: dict[tuple[int, int], str] = {}
     for record in await read_all(kafka_broker.bootstrap, topic, expected=400):
         offset_of[(record.partition, record.offset)] = Trace.model_validate_json(
-            record.value).trace_id
+            record.value
+        ).trace_id
 
     first = SlowRecorder(delay=(0.0, 0.02))
     violations: list[str] = []
@@ -82,8 +92,10 @@ async def test_a_crash_mid_batch_loses_nothing_and_commits_never_pass_unfinished
             for (_, partition), committed in committed_now.items():
                 for offset in range(committed):
                     if offset_of[(partition, offset)] not in finished:
-                        violations.append(f"partition {partition} committed {committed} "
-                                          f"but offset {offset} was unfinished")
+                        violations.append(
+                            f"partition {partition} committed {committed} "
+                            f"but offset {offset} was unfinished"
+                        )
             await asyncio.sleep(0.05)
 
     auditor = asyncio.create_task(audit_commits())
@@ -99,8 +111,11 @@ async def test_a_crash_mid_batch_loses_nothing_and_commits_never_pass_unfinished
     running = RunningDaemon(_daemon(kafka_broker, topic_prefix, second))
     await running.started()
     everything = {t["trace_id"] for t in traces}
-    await wait_for(lambda: set(first.finished) | set(second.finished) >= everything, 60,
-                   "every trace processed after the restart")
+    await wait_for(
+        lambda: set(first.finished) | set(second.finished) >= everything,
+        60,
+        "every trace processed after the restart",
+    )
     assert await running.stop() == 0
     # At-least-once: what the first run finished but had not committed is processed again.
     assert len(first.finished) + len(second.finished) >= 400
@@ -116,17 +131,28 @@ async def test_two_consumers_in_a_group_lose_nothing_across_a_rebalance(
     one = RunningDaemon(_daemon(kafka_broker, topic_prefix, first))
     await one.started()
     batch1 = [native_trace(i) for i in range(200)]
-    await produce(kafka_broker.bootstrap, topic, [encode(t) for t in batch1],
-                  keys=[t["trace_id"].encode() for t in batch1])
+    await produce(
+        kafka_broker.bootstrap,
+        topic,
+        [encode(t) for t in batch1],
+        keys=[t["trace_id"].encode() for t in batch1],
+    )
     await wait_for(lambda: len(first.finished) >= 50, 60, "first consumer busy")
     two = RunningDaemon(_daemon(kafka_broker, topic_prefix, second))  # joins: rebalance
     await two.started()
     batch2 = [native_trace(i) for i in range(200, 400)]
-    await produce(kafka_broker.bootstrap, topic, [encode(t) for t in batch2],
-                  keys=[t["trace_id"].encode() for t in batch2])
+    await produce(
+        kafka_broker.bootstrap,
+        topic,
+        [encode(t) for t in batch2],
+        keys=[t["trace_id"].encode() for t in batch2],
+    )
     everything = {t["trace_id"] for t in batch1 + batch2}
-    await wait_for(lambda: set(first.finished) | set(second.finished) >= everything, 90,
-                   "every trace processed by one of the two consumers")
+    await wait_for(
+        lambda: set(first.finished) | set(second.finished) >= everything,
+        90,
+        "every trace processed by one of the two consumers",
+    )
     await wait_for(lambda: bool(second.finished), 30, "the second consumer got partitions")
     assert await one.stop() == 0
     assert await two.stop() == 0
@@ -148,8 +174,11 @@ async def test_the_daemon_reconnects_after_the_broker_restarts_and_loses_nothing
     batch2 = [native_trace(i) for i in range(150, 300)]
     await produce(private_broker.bootstrap, topic, [encode(t) for t in batch2])
     everything = {t["trace_id"] for t in batch1 + batch2}
-    await wait_for(lambda: set(stage.finished) >= everything, 120,
-                   "every trace processed after the broker came back")
+    await wait_for(
+        lambda: set(stage.finished) >= everything,
+        120,
+        "every trace processed after the broker came back",
+    )
 
     async def committed_to_end() -> bool:
         offsets = await committed_offsets(private_broker.bootstrap, f"{topic_prefix}.group")

@@ -46,12 +46,16 @@ def _get(url: str) -> tuple[int, str]:
 def test_file_source_replays_the_bundled_example_and_dead_letters_the_bad_line() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "monitor.cli", "run", "--source", "file:examples/traces.jsonl"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env=_env(RAGMON_HTTP__PORT=str(_free_port())),
     )
     assert result.returncode == 0, result.stderr
-    letters = [json.loads(line) for line in result.stderr.splitlines()
-               if line.startswith('{"dead_letter"')]
+    letters = [
+        json.loads(line) for line in result.stderr.splitlines() if line.startswith('{"dead_letter"')
+    ]
     assert len(letters) == 1
     assert letters[0]["line"] == 7 and letters[0]["reason"] == "schema_violation"
     assert "answer" in letters[0]["error"], "the error names the missing field"
@@ -61,12 +65,16 @@ def test_file_source_reads_stdin() -> None:
     lines = "\n".join(json.dumps(native_trace(i)) for i in range(5)) + "\n"
     result = subprocess.run(
         [sys.executable, "-m", "monitor.cli", "run", "--source", "file:-"],
-        input=lines, capture_output=True, text=True, timeout=60,
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env=_env(RAGMON_HTTP__PORT=str(_free_port()), RAGMON_LOG__LEVEL="debug"),
     )
     assert result.returncode == 0, result.stderr
-    recorded = [json.loads(line) for line in result.stderr.splitlines()
-                if '"trace recorded"' in line]
+    recorded = [
+        json.loads(line) for line in result.stderr.splitlines() if '"trace recorded"' in line
+    ]
     assert sorted(r["trace_id"] for r in recorded) == [f"trace-{i:06d}" for i in range(5)]
 
 
@@ -78,17 +86,25 @@ def test_sigterm_drains_commits_and_exits_zero(
 
     topic, group = f"{topic_prefix}.in", f"{topic_prefix}.group"
     asyncio.run(create_topics(kafka_broker.bootstrap, [topic, f"{topic_prefix}.dlq"]))
-    asyncio.run(produce(kafka_broker.bootstrap, topic,
-                        [encode(native_trace(i)) for i in range(50)]))
+    asyncio.run(
+        produce(kafka_broker.bootstrap, topic, [encode(native_trace(i)) for i in range(50)])
+    )
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "monitor.cli", "run"], cwd=REPO,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=_env(RAGMON_HTTP__PORT=str(port), RAGMON_KAFKA__BOOTSTRAP_SERVERS=kafka_broker.bootstrap,
-                 RAGMON_KAFKA__TOPICS=json.dumps([topic]), RAGMON_KAFKA__GROUP_ID=group,
-                 RAGMON_KAFKA__DLQ_TOPIC=f"{topic_prefix}.dlq",
-                 RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS="60",  # only the shutdown commit counts
-                 RAGMON_SHUTDOWN__DEADLINE_SECONDS="10"),
+        [sys.executable, "-m", "monitor.cli", "run"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(
+            RAGMON_HTTP__PORT=str(port),
+            RAGMON_KAFKA__BOOTSTRAP_SERVERS=kafka_broker.bootstrap,
+            RAGMON_KAFKA__TOPICS=json.dumps([topic]),
+            RAGMON_KAFKA__GROUP_ID=group,
+            RAGMON_KAFKA__DLQ_TOPIC=f"{topic_prefix}.dlq",
+            RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS="60",  # only the shutdown commit counts
+            RAGMON_SHUTDOWN__DEADLINE_SECONDS="10",
+        ),
     )
     try:
         asyncio.run(wait_for(lambda: _ready(port), 60, "/readyz to report ready"))

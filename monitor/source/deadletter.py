@@ -1,4 +1,4 @@
-"""Dead-lettering: a message that cannot be processed is kept, with why, and never blocks the rest."""
+"""Dead letters: a message that cannot be processed is kept, with why, and blocks nothing."""
 
 from __future__ import annotations
 
@@ -36,7 +36,11 @@ def dead_letter_headers(
 
 class DeadLetterSink(Protocol):
     async def send(
-        self, msg: RawMessage, reason: str, error_class: str, detail: str,
+        self,
+        msg: RawMessage,
+        reason: str,
+        error_class: str,
+        detail: str,
         value: bytes | None = None,
     ) -> None:
         """Store the message (or `value` in its place) durably; return only once it is stored."""
@@ -63,7 +67,11 @@ class KafkaDeadLetters:
         await self._producer.stop()
 
     async def send(
-        self, msg: RawMessage, reason: str, error_class: str, detail: str,
+        self,
+        msg: RawMessage,
+        reason: str,
+        error_class: str,
+        detail: str,
         value: bytes | None = None,
     ) -> None:
         headers = dead_letter_headers(msg, reason, error_class, detail)
@@ -78,8 +86,11 @@ class KafkaDeadLetters:
             except KafkaError as exc:
                 if self._closed:
                     raise
-                log.warning("dead-letter produce failed; retrying", error=type(exc).__name__,
-                            retry_in_s=delay)
+                log.warning(
+                    "dead-letter produce failed; retrying",
+                    error=type(exc).__name__,
+                    retry_in_s=delay,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -91,7 +102,11 @@ class StreamDeadLetters:
         self._stream = stream if stream is not None else sys.stderr
 
     async def send(
-        self, msg: RawMessage, reason: str, error_class: str, detail: str,
+        self,
+        msg: RawMessage,
+        reason: str,
+        error_class: str,
+        detail: str,
         value: bytes | None = None,
     ) -> None:
         payload = msg.value if value is None else value

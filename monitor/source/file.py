@@ -30,7 +30,7 @@ async def read_lines(path: str) -> AsyncIterator[RawMessage]:
     /healthz and /metrics).
     """
     label = "stdin" if path == "-" else path
-    stream: IO[bytes] = sys.stdin.buffer if path == "-" else Path(path).open("rb")  # noqa: SIM115
+    stream: IO[bytes] = sys.stdin.buffer if path == "-" else Path(path).open("rb")  # noqa: SIM115, ASYNC230
     try:
         line_no = 0
         while True:

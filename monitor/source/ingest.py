@@ -80,7 +80,8 @@ class Ingest:
             span.set_attribute("messaging.kafka.offset", msg.offset)
             if msg.value is not None and len(msg.value) > self._max_bytes:
                 await self._reject(
-                    msg, DecodeError("too_large", f"{len(msg.value)} bytes, limit {self._max_bytes}")
+                    msg,
+                    DecodeError("too_large", f"{len(msg.value)} bytes, limit {self._max_bytes}"),
                 )
                 return
             fmt = self._format
@@ -122,7 +123,11 @@ class Ingest:
     async def _dispatch_assembled(self, assembled: Assembled[RawMessage]) -> None:
         result = assembled.result
         tokens = list(dict.fromkeys(assembled.tokens))
-        if isinstance(result, Trace):
+        if assembled.late:
+            # Late spans would overwrite the whole trace's result with a partial one.
+            self._metrics.traces_skipped.labels("otlp_late_spans").inc()
+            self._finish(tokens)
+        elif isinstance(result, Trace):
             self._metrics.traces_decoded.labels("otlp").inc()
             await self._dispatch(result, tokens, None)
         elif result is None:
@@ -151,7 +156,9 @@ class Ingest:
         try:
             with self._tracer.start_as_current_span("rag-monitor process", context=parent):
                 await self._processor.process(trace)
-            self._metrics.traces_processed.labels(self._metrics.agent_label(trace.agent), "ok").inc()
+            self._metrics.traces_processed.labels(
+                self._metrics.agent_label(trace.agent), "ok"
+            ).inc()
         except Exception as exc:
             log.exception("processing failed; dead-lettering the trace")
             self._metrics.traces_processed.labels(
@@ -160,7 +167,10 @@ class Ingest:
             detail = f"{type(exc).__name__}: {exc}"
             for token in tokens:
                 await self._dead_letter(
-                    token, "processing_error", type(exc).__name__, detail,
+                    token,
+                    "processing_error",
+                    type(exc).__name__,
+                    detail,
                     value=trace.model_dump_json().encode(),
                 )
         finally:
@@ -176,14 +186,24 @@ class Ingest:
             self._slots.release()
 
     async def _reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
-        log.warning("message dead-lettered", topic=msg.topic, partition=msg.partition,
-                    offset=msg.offset, reason=error.reason, error=error.detail)
+        log.warning(
+            "message dead-lettered",
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            reason=error.reason,
+            error=error.detail,
+        )
         await self._dead_letter(msg, error.reason, type(error).__name__, error.detail)
         if finish:
             self._tracker.finish(msg.tp, msg.offset)
 
     async def _dead_letter(
-        self, msg: RawMessage, reason: str, error_class: str, detail: str,
+        self,
+        msg: RawMessage,
+        reason: str,
+        error_class: str,
+        detail: str,
         value: bytes | None = None,
     ) -> None:
         await self._dead_letters.send(msg, reason, error_class, detail, value=value)

@@ -1,4 +1,4 @@
-"""The Kafka consumer: group membership, fetching, manual commits of finished offsets, rebalances."""
+"""The Kafka consumer: group membership, fetching, commits of finished offsets, rebalances."""
 
 from __future__ import annotations
 
@@ -124,8 +124,10 @@ class KafkaSource:
         self._tracker.mark_committed(offsets)
         self._metrics.commits.labels("ok").inc()
         self._metrics.last_commit.set(time.time())
-        log.debug("offsets committed", offsets={f"{tp.topic}/{tp.partition}": o
-                                                 for tp, o in offsets.items()})
+        log.debug(
+            "offsets committed",
+            offsets={f"{tp.topic}/{tp.partition}": o for tp, o in offsets.items()},
+        )
         return True
 
     def _update_lag(self, partitions: set[TopicPartition]) -> None:
@@ -142,18 +144,20 @@ class KafkaSource:
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self._metrics.rebalances.inc()
         self._metrics.assigned_partitions.set(len(self.assignment))
-        log.info("partitions assigned", partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned))
+        log.info(
+            "partitions assigned", partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned)
+        )
         if self._on_assigned is not None:
             await self._on_assigned(assigned)
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Let in-flight work of the revoked partitions finish briefly, commit it, then forget them."""
+        """Let the revoked partitions' in-flight work finish briefly, commit, then forget them."""
         if not revoked:
             return
         if self._on_revoking is not None:
             await self._on_revoking(revoked)
         deadline = time.monotonic() + REVOKE_WAIT_SECONDS
-        while any(self._tracker.pending(tp) for tp in revoked) and time.monotonic() < deadline:
+        while any(self._tracker.pending(tp) for tp in revoked) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         offsets = self._tracker.to_commit(revoked)
         if offsets:
@@ -165,17 +169,20 @@ class KafkaSource:
                 self._metrics.last_commit.set(time.time())
             except KafkaError as exc:
                 self._metrics.commits.labels("error").inc()
-                log.warning("commit on revocation failed; the next owner re-reads",
-                            error=f"{type(exc).__name__}: {exc}")
+                log.warning(
+                    "commit on revocation failed; the next owner re-reads",
+                    error=f"{type(exc).__name__}: {exc}",
+                )
         self._tracker.forget(revoked)
         for tp in revoked:
             labels = (tp.topic, str(tp.partition))
             if labels in self._lag_labels:
                 self._metrics.consumer_lag.remove(*labels)
                 self._lag_labels.discard(labels)
-        log.info("partitions revoked", partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked))
+        log.info(
+            "partitions revoked", partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked)
+        )
 
     async def stop(self) -> None:
         """Leave the group (the caller commits first)."""
         await self._consumer.stop()
-

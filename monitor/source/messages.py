@@ -9,7 +9,7 @@ from aiokafka.structs import TopicPartition
 
 @dataclass(frozen=True, slots=True)
 class RawMessage:
-    """One input message: a Kafka record, or a line of a replay file (partition 0, offset = line)."""
+    """One input message: a Kafka record, or a line of a replay file (offset = line number)."""
 
     topic: str
     partition: int

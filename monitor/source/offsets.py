@@ -71,7 +71,7 @@ class OffsetTracker:
         return sum(len(s.outstanding) for s in self._partitions.values())
 
     def to_commit(self, partitions: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """Offsets that advanced since the last commit: the lowest unfinished offset per partition."""
+        """Per partition, the lowest unfinished offset, where it moved since the last commit."""
         result: dict[TopicPartition, int] = {}
         for tp, state in self._partitions.items():
             if partitions is not None and tp not in partitions:

@@ -1,0 +1,1 @@
+"""Kafka consumption and decoding: native JSON traces and OTLP spans."""

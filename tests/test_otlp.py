@@ -1,0 +1,724 @@
+"""OTLP input: decoding, mapping GenAI / OpenInference spans onto Trace, assembling traces.
+
+Spans come from the real OpenTelemetry SDK and are encoded with the real OTLP encoder, as an
+instrumented RAG service and the Collector's Kafka exporter would produce them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.trace import SpanKind
+
+from monitor.models import Trace
+from monitor.source.otlp import (
+    Assembled,
+    OtlpDecodeError,
+    OtlpMappingError,
+    SpanRecord,
+    TraceAssembler,
+    decode_otlp,
+    detect_format,
+    spans_to_trace,
+)
+from tests.support.otlp_spans import (
+    ANSWER,
+    DOCS,
+    FORMATS,
+    QUESTION,
+    App,
+    Fmt,
+    encode,
+    end_time,
+    hex_trace_id,
+    openinference_rag,
+    serialize,
+)
+
+
+def genai_rag(app: App) -> None:
+    """A RAG service instrumented with the current GenAI semantic conventions."""
+    with (
+        app.tracer.start_as_current_span(
+            "POST /chat",
+            kind=SpanKind.SERVER,
+            attributes={
+                "http.request.method": "POST",
+                "url.path": "/chat",
+                "http.response.status_code": 200,
+            },
+        ),
+        app.tracer.start_as_current_span(
+            "invoke_agent support-bot",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "support-bot",
+                "gen_ai.conversation.id": "conv-9",
+            },
+        ),
+    ):
+        with app.tracer.start_as_current_span(
+            "embeddings text-embedding-3-small",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "embeddings",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": "text-embedding-3-small",
+                "gen_ai.usage.input_tokens": 9,
+            },
+        ):
+            pass
+        with app.tracer.start_as_current_span(
+            "retrieval kb-prod",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "retrieval",
+                "gen_ai.data_source.id": "kb-prod",
+                "gen_ai.retrieval.query.text": QUESTION,
+                "gen_ai.retrieval.documents": json.dumps(
+                    [{"id": d, "score": s, "content": t, "title": d.upper()} for d, t, s in DOCS]
+                    + [{"id": "doc-no-text", "score": 0.1}]
+                ),
+            },
+        ):
+            pass
+        with app.tracer.start_as_current_span(
+            "chat gpt-4o",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.response.model": "gpt-4o-2024-08-06",
+                "gen_ai.usage.input_tokens": 210,
+                "gen_ai.usage.output_tokens": 19,
+                "gen_ai.system_instructions": json.dumps(
+                    [{"type": "text", "content": "Answer only from the documents."}]
+                ),
+                "gen_ai.input.messages": json.dumps(
+                    [
+                        {"role": "user", "parts": [{"type": "text", "content": "Hi"}]},
+                        {"role": "assistant", "parts": [{"type": "text", "content": "Hello!"}]},
+                        {"role": "user", "parts": [{"type": "text", "content": QUESTION}]},
+                    ]
+                ),
+                "gen_ai.output.messages": json.dumps(
+                    [
+                        {
+                            "role": "assistant",
+                            "parts": [{"type": "text", "content": ANSWER}],
+                            "finish_reason": "stop",
+                        },
+                    ]
+                ),
+            },
+        ):
+            pass
+
+
+def decoded(app: App, fmt: Fmt) -> list[SpanRecord]:
+    return decode_otlp(encode(app.spans(), fmt), fmt)
+
+
+def mapped(app: App, fmt: Fmt) -> Trace:
+    trace = spans_to_trace(decoded(app, fmt))
+    assert isinstance(trace, Trace)
+    return trace
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decodes_sdk_spans(fmt: Fmt) -> None:
+    app = App()
+    openinference_rag(app)
+    spans = decoded(app, fmt)
+    assert len(spans) == 3
+    root = next(s for s in spans if s.parent_span_id is None)
+    sdk_root = app.root()
+    assert root.trace_id == hex_trace_id(sdk_root)
+    context = sdk_root.get_span_context()
+    assert context is not None
+    assert root.span_id == format(context.span_id, "016x")
+    assert root.start_time_unix_nano == sdk_root.start_time
+    assert root.end_time_unix_nano == sdk_root.end_time
+    assert root.resource_attributes["service.name"] == "rag-api"
+    assert root.scope_name == "rag-app"
+    llm = next(s for s in spans if s.name == "ChatOpenAI")
+    assert llm.parent_span_id == root.span_id
+    assert llm.attributes["llm.token_count.prompt"] == 182
+    assert isinstance(llm.attributes["llm.token_count.prompt"], int)
+
+
+@pytest.mark.parametrize(("snake_case", "int_enums"), [(False, True), (True, False), (True, True)])
+def test_json_variants_decode_like_protobuf(snake_case: bool, int_enums: bool) -> None:
+    app = App()
+    with app.tracer.start_as_current_span(
+        "s",
+        kind=SpanKind.SERVER,
+        attributes={
+            "tags": ["a", "b"],
+            "flags": [True, False],
+            "ratio": 0.25,
+            "n": 3,
+        },
+    ) as span:
+        span.add_event("gen_ai.user.message", {"content": QUESTION})
+    request = encode_spans(app.spans())
+    from_proto = decode_otlp(serialize(request, "otlp_proto"), "otlp_proto")
+    from_json = decode_otlp(
+        serialize(request, "otlp_json", snake_case=snake_case, int_enums=int_enums), "otlp_json"
+    )
+    assert from_json == from_proto
+    assert from_proto[0].attributes["tags"] == ["a", "b"]
+    assert from_proto[0].kind == 2  # SERVER
+    assert from_proto[0].events[0].attributes == {"content": QUESTION}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "data", "reason"),
+    [
+        ("otlp_proto", b"", "empty_message"),
+        ("otlp_proto", b"\xff\xff\xff\xff", "invalid_protobuf"),
+        ("otlp_proto", b"\x08\x01", "schema_violation"),  # valid wire format, not a trace export
+        ("otlp_proto", b"garbage, not protobuf", "invalid_protobuf"),
+        ("otlp_json", b"\xff{}", "invalid_utf8"),
+        ("otlp_json", b"{not json", "invalid_json"),
+        ("otlp_json", b"[1, 2]", "schema_violation"),
+        ("otlp_json", b'{"trace_id": "x"}', "schema_violation"),
+        ("otlp_json", b'{"resourceSpans": 5}', "schema_violation"),
+        (
+            "otlp_json",
+            b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "'
+            + b"z" * 32
+            + b'", "spanId": "0102030405060708"}]}]}]}',
+            "invalid_id",
+        ),
+        ("otlp_json", b"[" * 100_000, "invalid_json"),
+    ],
+)
+def test_garbage_is_a_decode_error(fmt: Fmt, data: bytes, reason: str) -> None:
+    with pytest.raises(OtlpDecodeError) as caught:
+        decode_otlp(data, fmt)
+    assert caught.value.reason == reason
+    assert isinstance(caught.value, ValueError)
+
+
+def test_zero_ids_are_rejected() -> None:
+    app = App()
+    with app.tracer.start_as_current_span("s"):
+        pass
+    request = encode_spans(app.spans())
+    request.resource_spans[0].scope_spans[0].spans[0].trace_id = bytes(16)
+    with pytest.raises(OtlpDecodeError, match="trace_id"):
+        decode_otlp(request.SerializeToString(), "otlp_proto")
+
+
+def test_detect_format() -> None:
+    app = App()
+    openinference_rag(app)
+    request = encode_spans(app.spans())
+    assert detect_format(serialize(request, "otlp_proto")) == "otlp_proto"
+    assert detect_format(serialize(request, "otlp_json")) == "otlp_json"
+    assert detect_format(serialize(request, "otlp_json", snake_case=True)) == "otlp_json"
+    native = {
+        "trace_id": "t1",
+        "timestamp": "2025-01-01T00:00:00Z",
+        "query": "q",
+        "contexts": [],
+        "answer": "a",
+    }
+    assert detect_format(json.dumps(native).encode()) == "native"
+    assert detect_format(b'  {"broken json') == "native"
+    assert detect_format(b"\x00\x01garbage\xff") == "otlp_proto"
+    assert detect_format(b"") == "native", "the native decoder reports the empty message"
+    assert detect_format(b'{"trace_id": "\xff\xfe"}') == "native", "invalid UTF-8 is still JSON"
+
+
+# ---------------------------------------------------------------------------- mapping
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_openinference_chain_retriever_llm(fmt: Fmt) -> None:
+    app = App()
+    openinference_rag(app)
+    trace = mapped(app, fmt)
+    root = app.root()
+    assert trace.trace_id == hex_trace_id(root)
+    assert trace.timestamp == end_time(root)
+    assert trace.query == QUESTION  # from the CHAIN's JSON input, not the templated LLM prompt
+    assert trace.answer == ANSWER
+    assert [(c.id, c.text, c.score, c.rank) for c in trace.contexts] == [
+        (d, t, s, i) for i, (d, t, s) in enumerate(DOCS)
+    ]
+    assert trace.contexts[0].metadata == {"source": "kb/doc-refunds.md", "page": 1}
+    assert trace.contexts[0].source == "kb/doc-refunds.md"
+    assert trace.conversation_id == "conv-42"
+    assert trace.agent == "support-bot"
+    assert trace.model == "gpt-4o-mini-2024-07-18"
+    assert trace.usage is not None
+    assert (trace.usage.input_tokens, trace.usage.output_tokens) == (182, 14)
+    assert root.end_time is not None and root.start_time is not None
+    assert trace.latency_ms == pytest.approx((root.end_time - root.start_time) / 1e6)
+    assert trace.metadata is not None
+    assert trace.metadata["user_id"] == "user-7"
+    assert trace.metadata["service_name"] == "rag-api"
+
+
+def test_openinference_reranker_output_is_what_the_model_saw() -> None:
+    app = App()
+    openinference_rag(app, reranker=True)
+    trace = mapped(app, "otlp_proto")
+    assert [(c.id, c.score, c.rank) for c in trace.contexts] == [("doc-refunds", 7.5, 0)]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_genai_current_conventions(fmt: Fmt) -> None:
+    app = App()
+    genai_rag(app)
+    trace = mapped(app, fmt)
+    root = app.root()
+    assert root.name == "POST /chat"
+    assert trace.trace_id == hex_trace_id(root)
+    assert trace.timestamp == end_time(root)
+    assert trace.query == QUESTION  # the last user message of the chat span
+    assert trace.answer == ANSWER
+    assert [(c.id, c.text, c.score, c.rank) for c in trace.contexts] == [
+        (d, t, s, i) for i, (d, t, s) in enumerate(DOCS)
+    ]
+    assert trace.contexts[1].metadata == {"title": "DOC-SHIPPING"}
+    assert trace.agent == "support-bot"
+    assert trace.conversation_id == "conv-9"
+    assert trace.model == "gpt-4o-2024-08-06"
+    assert trace.usage is not None  # the embeddings call's tokens are not the answer's
+    assert (trace.usage.input_tokens, trace.usage.output_tokens) == (210, 19)
+    assert trace.metadata is not None
+    assert trace.metadata["system_instructions"] == "Answer only from the documents."
+    assert trace.metadata["contexts_without_text"] == 1
+    assert trace.metadata["root_span"] == "POST /chat"
+
+
+def _structured(value: Any) -> AnyValue:
+    """A JSON-like value as a structured OTLP AnyValue (kvlist / array)."""
+    result = AnyValue()
+    if isinstance(value, dict):
+        for key, item in value.items():
+            result.kvlist_value.values.add(key=key).value.CopyFrom(_structured(item))
+    elif isinstance(value, list):
+        for item in value:
+            result.array_value.values.add().CopyFrom(_structured(item))
+    elif isinstance(value, bool):
+        result.bool_value = value
+    elif isinstance(value, int):
+        result.int_value = value
+    elif isinstance(value, float):
+        result.double_value = value
+    else:
+        result.string_value = value
+    return result
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_genai_structured_attribute_values(fmt: Fmt) -> None:
+    """The Python SDK records messages as JSON strings; other SDKs send them structured."""
+    app = App()
+    genai_rag(app)
+    request = encode_spans(app.spans())
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                for kv in span.attributes:
+                    if kv.key in (
+                        "gen_ai.output.messages",
+                        "gen_ai.input.messages",
+                        "gen_ai.retrieval.documents",
+                        "gen_ai.system_instructions",
+                    ):
+                        kv.value.CopyFrom(_structured(json.loads(kv.value.string_value)))
+    spans = decode_otlp(serialize(request, fmt), fmt)
+    chat = next(s for s in spans if s.name == "chat gpt-4o")
+    assert chat.attributes["gen_ai.output.messages"][0]["parts"][0]["content"] == ANSWER
+    trace = spans_to_trace(spans)
+    assert isinstance(trace, Trace)
+    assert (trace.query, trace.answer) == (QUESTION, ANSWER)
+    assert [c.id for c in trace.contexts] == [d for d, _, _ in DOCS]
+    assert trace.metadata is not None
+    assert trace.metadata["system_instructions"] == "Answer only from the documents."
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_genai_deprecated_indexed_attributes(fmt: Fmt) -> None:
+    """OpenLLMetry-style: gen_ai.prompt.N.* / gen_ai.completion.N.*, prompt/completion tokens."""
+    app = App()
+    with app.tracer.start_as_current_span(
+        "rag.workflow",
+        attributes={
+            "traceloop.span.kind": "workflow",
+            "traceloop.entity.name": "rag",
+        },
+    ):
+        with app.tracer.start_as_current_span(
+            "chroma.query", kind=SpanKind.CLIENT, attributes={"db.system": "chroma"}
+        ) as query:
+            for doc_id, text, _ in DOCS:
+                query.add_event(
+                    "db.query.result",
+                    {
+                        "db.query.result.id": doc_id,
+                        "db.query.result.distance": 0.3,
+                        "db.query.result.document": text,
+                        "db.query.result.metadata": json.dumps({"source": f"{doc_id}.md"}),
+                    },
+                )
+        with app.tracer.start_as_current_span(
+            "openai.chat",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.system": "openai",
+                "llm.request.type": "chat",
+                "gen_ai.request.model": "gpt-3.5-turbo",
+                "gen_ai.response.model": "gpt-3.5-turbo-0125",
+                "gen_ai.prompt.0.role": "system",
+                "gen_ai.prompt.0.content": "Use the context.",
+                "gen_ai.prompt.1.role": "user",
+                "gen_ai.prompt.1.content": QUESTION,
+                "gen_ai.completion.0.role": "assistant",
+                "gen_ai.completion.0.content": ANSWER,
+                "gen_ai.completion.0.finish_reason": "stop",
+                "gen_ai.usage.prompt_tokens": 57,
+                "gen_ai.usage.completion_tokens": 12,
+            },
+        ):
+            pass
+    trace = mapped(app, fmt)
+    assert (trace.query, trace.answer) == (QUESTION, ANSWER)
+    assert [c.id for c in trace.contexts] == [d for d, _, _ in DOCS]
+    assert trace.contexts[0].metadata == {"source": "doc-refunds.md", "distance": 0.3}
+    assert trace.contexts[0].source == "doc-refunds.md"
+    assert trace.model == "gpt-3.5-turbo-0125"
+    assert trace.usage is not None
+    assert (trace.usage.input_tokens, trace.usage.output_tokens) == (57, 12)
+    assert trace.agent == "default"
+    assert trace.conversation_id is None
+    assert trace.metadata is not None
+    assert trace.metadata["system_instructions"] == "Use the context."
+
+
+def _old_events(app: App, style: str) -> None:
+    with app.tracer.start_as_current_span(
+        "chat gpt-4",
+        kind=SpanKind.CLIENT,
+        attributes={
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4",
+            "gen_ai.usage.input_tokens": 30,
+            "gen_ai.usage.output_tokens": 10,
+        },
+    ) as span:
+        if style == "content_events":  # semantic conventions 1.26
+            span.add_event(
+                "gen_ai.content.prompt",
+                {
+                    "gen_ai.prompt": json.dumps(
+                        [
+                            {"role": "system", "content": "Be brief."},
+                            {"role": "user", "content": QUESTION},
+                        ]
+                    )
+                },
+            )
+            span.add_event(
+                "gen_ai.content.completion",
+                {"gen_ai.completion": json.dumps([{"role": "assistant", "content": ANSWER}])},
+            )
+        elif style == "message_events":  # 1.27 - 1.36 events, recorded on the span
+            span.add_event("gen_ai.system.message", {"content": "Be brief."})
+            span.add_event("gen_ai.user.message", {"content": QUESTION})
+            span.add_event(
+                "gen_ai.choice",
+                {"index": 0, "finish_reason": "stop", "message": json.dumps({"content": ANSWER})},
+            )
+        else:  # whole-prompt attributes
+            span.set_attribute("gen_ai.prompt", json.dumps([{"role": "user", "content": QUESTION}]))
+            span.set_attribute("gen_ai.completion", ANSWER)
+
+
+@pytest.mark.parametrize("style", ["content_events", "message_events", "prompt_attributes"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_genai_deprecated_prompt_forms(fmt: Fmt, style: str) -> None:
+    app = App()
+    _old_events(app, style)
+    trace = mapped(app, fmt)
+    assert (trace.query, trace.answer) == (QUESTION, ANSWER)
+    assert trace.contexts == []
+    assert trace.model == "gpt-4"
+    assert trace.usage is not None
+    assert (trace.usage.input_tokens, trace.usage.output_tokens) == (30, 10)
+
+
+def test_remote_agent_turn_without_llm_spans() -> None:
+    app = App()
+    with app.tracer.start_as_current_span(
+        "invoke_agent faq-agent",
+        kind=SpanKind.CLIENT,
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": "aws.bedrock",
+            "gen_ai.agent.name": "faq-agent",
+            "gen_ai.request.model": "faq-model-v2",
+            "gen_ai.usage.input_tokens": 40,
+            "gen_ai.usage.output_tokens": 9,
+            "gen_ai.input.messages": json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": QUESTION}]}]
+            ),
+            "gen_ai.output.messages": json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
+            ),
+        },
+    ):
+        pass
+    trace = mapped(app, "otlp_json")
+    assert (trace.query, trace.answer, trace.agent) == (QUESTION, ANSWER, "faq-agent")
+    assert trace.contexts == []
+    assert trace.model == "faq-model-v2"
+    assert trace.usage is not None
+    assert (trace.usage.input_tokens, trace.usage.output_tokens) == (40, 9)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_non_rag_trace_maps_to_none(fmt: Fmt) -> None:
+    app = App()
+    with (
+        app.tracer.start_as_current_span(
+            "GET /health",
+            kind=SpanKind.SERVER,
+            attributes={
+                "http.request.method": "GET",
+                "http.response.status_code": 200,
+            },
+        ),
+        app.tracer.start_as_current_span(
+            "SELECT users",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "db.system": "postgresql",
+                "db.query.text": "SELECT 1",
+            },
+        ),
+        app.tracer.start_as_current_span(
+            "embeddings",
+            attributes={
+                "gen_ai.operation.name": "embeddings",
+                "gen_ai.request.model": "e5",
+            },
+        ),
+    ):
+        pass
+    assert spans_to_trace(decoded(app, fmt)) is None
+
+
+def test_llm_span_without_content_is_a_mapping_error() -> None:
+    app = App()
+    with app.tracer.start_as_current_span(
+        "chat gpt-4o",
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.usage.input_tokens": 12,
+        },
+    ):
+        pass
+    with pytest.raises(OtlpMappingError) as caught:
+        spans_to_trace(decoded(app, "otlp_proto"))
+    assert caught.value.reason == "no_answer"
+
+
+# ---------------------------------------------------------------------------- assembling
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_trace_split_across_two_messages(fmt: Fmt) -> None:
+    app = App()
+    openinference_rag(app)
+    spans = app.spans()  # children end first: retriever, llm, then the chain
+    first = decode_otlp(encode(spans[:2], fmt), fmt)
+    second = decode_otlp(encode(spans[2:], fmt), fmt)
+    assembler: TraceAssembler[tuple[int, int]] = TraceAssembler(window_seconds=5.0)
+    assembler.add(first, (0, 10), now=100.0)
+    assembler.add(second, (0, 11), now=103.0)
+    assert assembler.pop_ready(104.9) == []
+    assert len(assembler) == 1
+    (done,) = assembler.pop_ready(105.0)
+    assert done.trace_id == hex_trace_id(app.root())
+    assert done.tokens == [(0, 10), (0, 11)]
+    assert done.released_tokens == [(0, 10), (0, 11)]
+    assert done.span_count == 3
+    assert not done.late
+    assert isinstance(done.result, Trace)
+    assert (done.result.query, done.result.answer) == (QUESTION, ANSWER)
+    assert len(done.result.contexts) == 2
+    assert len(assembler) == 0
+
+
+def test_message_with_several_traces_releases_token_after_the_last() -> None:
+    a, b = App(), App()
+    genai_rag(a)
+    openinference_rag(b)
+    b_spans = b.spans()
+    message_1 = decode_otlp(encode([*a.spans(), *b_spans[:1]], "otlp_proto"), "otlp_proto")
+    message_2 = decode_otlp(encode(b_spans[1:], "otlp_proto"), "otlp_proto")
+    assembler: TraceAssembler[str] = TraceAssembler(window_seconds=5.0)
+    assembler.add(message_1, "m1", now=0.0)
+    assembler.add(message_2, "m2", now=1.0)
+    assembler.add(message_2, "m2-redelivered", now=2.0)  # at-least-once: the same spans again
+    trace_a, trace_b = assembler.pop_ready(5.0)
+    assert (trace_a.tokens, trace_a.released_tokens) == (["m1"], [])
+    assert trace_b.tokens == ["m1", "m2", "m2-redelivered"]
+    assert trace_b.released_tokens == ["m1", "m2", "m2-redelivered"]
+    assert trace_b.span_count == 3
+    assert isinstance(trace_a.result, Trace) and isinstance(trace_b.result, Trace)
+    assert trace_a.result.agent == trace_b.result.agent == "support-bot"
+
+
+def test_pending_limit_evicts_oldest_first_and_flush_emits_the_rest() -> None:
+    apps = [App() for _ in range(3)]
+    for app in apps:
+        genai_rag(app)
+    assembler: TraceAssembler[int] = TraceAssembler(window_seconds=60.0, max_pending_traces=2)
+    for token, app in enumerate(apps):
+        assembler.add(decoded(app, "otlp_proto"), token, now=float(token))
+    (evicted,) = assembler.pop_ready(3.0)
+    assert evicted.trace_id == hex_trace_id(apps[0].root())
+    assert isinstance(evicted.result, Trace)
+    flushed = assembler.flush()
+    assert [f.trace_id for f in flushed] == [hex_trace_id(app.root()) for app in apps[1:]]
+    assert assembler.flush() == []
+
+
+def test_span_less_message_comes_back_as_trace_less_result() -> None:
+    app = App()
+    with app.tracer.start_as_current_span("GET /", kind=SpanKind.SERVER):
+        pass
+    assembler: TraceAssembler[str] = TraceAssembler(window_seconds=5.0)
+    assembler.add([], "empty", now=0.0)
+    assembler.add(decoded(app, "otlp_json"), "http", now=0.0)
+    assert assembler.pop_ready(0.0) == [Assembled(None, None, ["empty"], ["empty"])]
+    (http,) = assembler.pop_ready(5.0)
+    assert http.result is None and http.tokens == ["http"]
+
+
+def test_unmappable_trace_and_late_spans() -> None:
+    app = App()
+    with app.tracer.start_as_current_span("chat", attributes={"gen_ai.operation.name": "chat"}):
+        pass
+    spans = decoded(app, "otlp_proto")
+    assembler: TraceAssembler[str] = TraceAssembler(window_seconds=1.0)
+    assembler.add(spans, "m1", now=0.0)
+    (first,) = assembler.pop_ready(1.0)
+    assert isinstance(first.result, OtlpMappingError)
+    assert first.result.reason == "no_answer"
+    assembler.add(spans, "m2", now=2.0)
+    (again,) = assembler.flush()
+    assert again.late and again.tokens == ["m2"]
+
+
+# ---------------------------------------------------------------------------- never crashes
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=600))
+def test_arbitrary_bytes_decode_or_raise_decode_error(data: bytes) -> None:
+    for fmt in FORMATS:
+        try:
+            result = decode_otlp(data, fmt)
+        except OtlpDecodeError:
+            continue
+        assert isinstance(result, list)
+    assert detect_format(data) in ("native", "otlp_json", "otlp_proto")
+
+
+def _real_messages() -> Iterator[bytes]:
+    app = App()
+    openinference_rag(app)
+    genai_rag(app)
+    _old_events(app, "message_events")
+    yield encode(app.spans(), "otlp_proto")
+
+
+REAL_PROTO = next(_real_messages())
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_real_messages_never_crash_decoding_or_mapping(data: st.DataObject) -> None:
+    message = bytearray(REAL_PROTO)
+    for _ in range(data.draw(st.integers(1, 8))):
+        position = data.draw(st.integers(0, len(message) - 1))
+        message[position] = data.draw(st.integers(0, 255))
+    try:
+        spans = decode_otlp(bytes(message), "otlp_proto")
+    except OtlpDecodeError:
+        return
+    try:
+        result = spans_to_trace(spans)
+    except OtlpMappingError:
+        return
+    assert result is None or isinstance(result, Trace)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    span=st.dictionaries(
+        st.sampled_from(
+            [
+                "traceId",
+                "spanId",
+                "parentSpanId",
+                "name",
+                "kind",
+                "startTimeUnixNano",
+                "endTimeUnixNano",
+                "attributes",
+                "events",
+                "status",
+            ]
+        ),
+        JSON_VALUES,
+        max_size=6,
+    ),
+    attributes=st.lists(
+        st.fixed_dictionaries({"key": st.text(max_size=30), "value": JSON_VALUES}), max_size=5
+    ),
+)
+def test_odd_json_shapes_never_crash(span: dict[str, Any], attributes: list[Any]) -> None:
+    span = {
+        "traceId": "0af7651916cd43dd8448eb211c80319c",
+        "spanId": "b7ad6b7169203331",
+        "attributes": attributes,
+        **span,
+    }
+    document = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    try:
+        spans = decode_otlp(json.dumps(document).encode(), "otlp_json")
+    except OtlpDecodeError:
+        return
+    try:
+        result = spans_to_trace(spans)
+    except OtlpMappingError:
+        return
+    assert result is None or isinstance(result, Trace)
