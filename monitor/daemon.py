@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import structlog
+from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
 from monitor.config import Settings
@@ -127,7 +128,7 @@ class Daemon:
                 self.metrics.ready.set(0)
                 log.info("left the consumer group")
 
-    def _ingest(self, dead_letters: DeadLetterSink, tracer: object) -> Ingest:
+    def _ingest(self, dead_letters: DeadLetterSink, tracer: Tracer | None) -> Ingest:
         kafka = self.settings.kafka
         return Ingest(
             input_format=kafka.format,
@@ -136,7 +137,7 @@ class Daemon:
             dead_letters=dead_letters,
             tracker=self.tracker,
             metrics=self.metrics,
-            tracer=tracer,  # type: ignore[arg-type]
+            tracer=tracer,
             max_in_flight=kafka.max_in_flight,
             assembly_window_seconds=kafka.otlp_assembly_window_seconds,
             max_pending_traces=kafka.otlp_max_pending_traces,
@@ -149,10 +150,8 @@ class Daemon:
             self._heartbeat = time.monotonic()
             self.metrics.ready.set(1 if self._ready()[0] else 0)
             messages = await kafka.fetch(timeout_ms=500)
-            for msg in messages:
-                if self._stop.is_set():
-                    break  # unread messages stay uncommitted and are read again next time
-                await ingest.handle(msg)
+            if messages and not self._stop.is_set():
+                await ingest.handle_batch(messages)
             await ingest.tick()
             await kafka.commit_if_due()
         deadline = time.monotonic() + self.settings.shutdown.deadline_seconds
@@ -172,11 +171,11 @@ class Daemon:
         self.started.set()
         self.metrics.ready.set(1)
         try:
-            async for msg in read_lines(self.source_spec.path):
+            async for batch in read_lines(self.source_spec.path):
                 self._heartbeat = time.monotonic()
                 if self._stop.is_set():
                     break
-                await ingest.handle(msg)
+                await ingest.handle_batch(batch)
                 await ingest.tick()
             await ingest.drain(
                 float("inf")

@@ -17,10 +17,10 @@ from monitor.config import TelemetryConfig
 _propagator = TraceContextTextMapPropagator()
 
 
-def build_tracer(config: TelemetryConfig) -> tuple[trace.Tracer, TracerProvider | None]:
-    """A tracer exporting over OTLP/HTTP when an endpoint is set, else a no-op tracer."""
+def build_tracer(config: TelemetryConfig) -> tuple[trace.Tracer | None, TracerProvider | None]:
+    """A tracer exporting over OTLP/HTTP when an endpoint is set, else None (tracing off)."""
     if not config.otlp_endpoint:
-        return trace.NoOpTracer(), None
+        return None, None
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     provider = TracerProvider(

@@ -23,8 +23,8 @@ def _read_batch(stream: IO[bytes], limit: int) -> list[bytes]:
     return lines
 
 
-async def read_lines(path: str) -> AsyncIterator[RawMessage]:
-    """Yield each non-blank line as a message; `-` reads stdin. Offsets are 1-based line numbers.
+async def read_lines(path: str) -> AsyncIterator[list[RawMessage]]:
+    """Yield batches of non-blank lines as messages; `-` reads stdin. Offsets are line numbers.
 
     Reading happens in a worker thread so a slow pipe never stalls the event loop (and with it
     /healthz and /metrics).
@@ -37,12 +37,15 @@ async def read_lines(path: str) -> AsyncIterator[RawMessage]:
             batch = await asyncio.to_thread(_read_batch, stream, BATCH_LINES)
             if not batch:
                 return
+            messages = []
             for raw in batch:
                 line_no += 1
                 value = raw.rstrip(b"\r\n")
-                if not value.strip():
-                    continue
-                yield RawMessage(topic=label, partition=0, offset=line_no, key=None, value=value)
+                if value.strip():
+                    messages.append(
+                        RawMessage(topic=label, partition=0, offset=line_no, key=None, value=value)
+                    )
+            yield messages
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()

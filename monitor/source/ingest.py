@@ -2,8 +2,9 @@
 
 Every message is begun in the offset tracker when read and finished only when all the traces it
 carried are processed, deliberately skipped or dead-lettered, so committed offsets never pass
-unfinished work. Processing runs in tasks bounded by `max_in_flight`: when the bound is reached,
-reading waits (the cheap stages keep up; the costly judge sheds load on its own).
+unfinished work. A fetched batch is decoded at once and its traces processed in order by one
+task; at most `max_in_flight` traces are unfinished at a time, beyond which reading waits (the
+cheap stages keep up; the costly judge sheds load on its own).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import structlog
-from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
+from opentelemetry.context import Context
 
 from monitor.config import InputFormat
 from monitor.export.metrics import Metrics
@@ -39,6 +41,13 @@ log = structlog.get_logger(__name__)
 MAX_EXEMPLAR_ID_CHARS = 64  # OpenMetrics caps exemplar labels at 128 characters in all
 
 
+@dataclass(frozen=True, slots=True)
+class _Work:
+    trace: Trace
+    tokens: tuple[RawMessage, ...]
+    parent: Context | None = None
+
+
 class Ingest:
     def __init__(
         self,
@@ -49,7 +58,7 @@ class Ingest:
         dead_letters: DeadLetterSink,
         tracker: OffsetTracker,
         metrics: Metrics,
-        tracer: otel_trace.Tracer,
+        tracer: otel_trace.Tracer | None,
         max_in_flight: int,
         assembly_window_seconds: float,
         max_pending_traces: int,
@@ -60,49 +69,65 @@ class Ingest:
         self._dead_letters = dead_letters
         self._tracker = tracker
         self._metrics = metrics
-        self._tracer = tracer
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self._tracer = tracer  # None: tracing is off and costs nothing per message
+        self._max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._capacity = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._assembler: TraceAssembler[RawMessage] = TraceAssembler(
             window_seconds=assembly_window_seconds, max_pending_traces=max_pending_traces
         )
+        self._decoded_native = metrics.traces_decoded.labels("native")
+        self._decoded_otlp = metrics.traces_decoded.labels("otlp")
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        """Traces dispatched but not finished."""
+        return self._in_flight
 
-    async def handle(self, msg: RawMessage) -> None:
-        """Take one message; returns once it is dispatched (not necessarily processed)."""
-        self._metrics.messages_consumed.labels(msg.topic).inc()
-        self._tracker.begin(msg.tp, msg.offset)
-        parent = context_from_headers(msg.headers)
-        with self._tracer.start_as_current_span("rag-monitor consume", context=parent) as span:
-            span.set_attribute("messaging.kafka.offset", msg.offset)
-            if msg.value is not None and len(msg.value) > self._max_bytes:
-                await self._reject(
-                    msg,
-                    DecodeError("too_large", f"{len(msg.value)} bytes, limit {self._max_bytes}"),
-                )
-                return
-            fmt = self._format
-            if fmt == "auto":
-                fmt = detect_format(msg.value or b"")
-            if fmt == "native":
-                try:
-                    with self._tracer.start_as_current_span("rag-monitor decode"):
-                        trace = decode_native(msg.value, self._max_bytes)
-                except DecodeError as exc:
-                    await self._reject(msg, exc)
-                    return
-                self._metrics.traces_decoded.labels("native").inc()
-                await self._dispatch(trace, [msg], otel_context.get_current())
-                return
-            await self._handle_otlp(msg, fmt)
+    async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
+        """Take fetched messages; returns once they are dispatched (not necessarily processed)."""
+        work: list[_Work] = []
+        consumed: dict[str, int] = {}
+        for msg in messages:
+            consumed[msg.topic] = consumed.get(msg.topic, 0) + 1
+            self._tracker.begin(msg.tp, msg.offset)
+            item = await self._decode(msg)
+            if item is not None:
+                work.append(item)
+        for topic, count in consumed.items():
+            self._metrics.messages_consumed.labels(topic).inc(count)
+        if work:
+            self._decoded_native.inc(len(work))
+            await self._dispatch(work)
 
-    async def _handle_otlp(self, msg: RawMessage, fmt: OtlpFormat) -> None:
+    async def _decode(self, msg: RawMessage) -> _Work | None:
+        """A native trace ready to process; None when the message was rejected or assembles."""
+        if msg.value is not None and len(msg.value) > self._max_bytes:
+            error = DecodeError("too_large", f"{len(msg.value)} bytes, limit {self._max_bytes}")
+            await self._reject(msg, error)
+            return None
+        fmt = self._format if self._format != "auto" else detect_format(msg.value or b"")
+        if fmt != "native":
+            await self._add_otlp(msg, fmt)
+            return None
+        parent = None
+        if self._tracer is not None:
+            with self._tracer.start_as_current_span(
+                "rag-monitor decode", context=context_from_headers(msg.headers)
+            ) as span:
+                span.set_attribute("messaging.kafka.offset", msg.offset)
+                parent = otel_trace.set_span_in_context(span)
         try:
-            with self._tracer.start_as_current_span("rag-monitor decode"):
-                spans = decode_otlp(msg.value or b"", fmt)
+            trace = decode_native(msg.value, self._max_bytes)
+        except DecodeError as exc:
+            await self._reject(msg, exc)
+            return None
+        return _Work(trace, (msg,), parent)
+
+    async def _add_otlp(self, msg: RawMessage, fmt: OtlpFormat) -> None:
+        try:
+            spans = decode_otlp(msg.value or b"", fmt)
         except OtlpDecodeError as exc:
             await self._reject(msg, DecodeError("otlp_undecodable", str(exc)))
             return
@@ -117,61 +142,77 @@ class Ingest:
 
     async def tick(self) -> None:
         """Dispatch OTLP traces whose assembly window has closed."""
-        for assembled in self._assembler.pop_ready(time.monotonic()):
-            await self._dispatch_assembled(assembled)
+        await self._dispatch_assembled(self._assembler.pop_ready(time.monotonic()))
 
-    async def _dispatch_assembled(self, assembled: Assembled[RawMessage]) -> None:
-        result = assembled.result
-        tokens = list(dict.fromkeys(assembled.tokens))
-        if assembled.late:
-            # Late spans would overwrite the whole trace's result with a partial one.
-            self._metrics.traces_skipped.labels("otlp_late_spans").inc()
-            self._finish(tokens)
-        elif isinstance(result, Trace):
-            self._metrics.traces_decoded.labels("otlp").inc()
-            await self._dispatch(result, tokens, None)
-        elif result is None:
-            self._metrics.traces_skipped.labels("otlp_not_rag").inc()
-            self._finish(tokens)
-        else:
-            error = DecodeError("otlp_unmappable", f"trace {assembled.trace_id}: {result}")
-            for token in tokens:
-                await self._reject(token, error, finish=False)
-            self._finish(tokens)
+    async def _dispatch_assembled(self, batch: list[Assembled[RawMessage]]) -> None:
+        work: list[_Work] = []
+        for assembled in batch:
+            tokens = tuple(dict.fromkeys(assembled.tokens))
+            result = assembled.result
+            if assembled.late:
+                # Late spans would overwrite the whole trace's result with a partial one.
+                self._metrics.traces_skipped.labels("otlp_late_spans").inc()
+                self._finish(tokens)
+            elif isinstance(result, Trace):
+                work.append(_Work(result, tokens))
+            elif result is None:
+                self._metrics.traces_skipped.labels("otlp_not_rag").inc()
+                self._finish(tokens)
+            else:
+                error = DecodeError("otlp_unmappable", f"trace {assembled.trace_id}: {result}")
+                for token in tokens:
+                    await self._reject(token, error, finish=False)
+                self._finish(tokens)
+        if work:
+            self._decoded_otlp.inc(len(work))
+            await self._dispatch(work)
 
-    async def _dispatch(
-        self, trace: Trace, tokens: Sequence[RawMessage], parent: otel_context.Context | None
-    ) -> None:
-        await self._slots.acquire()
-        self._metrics.in_flight.inc()
-        task = asyncio.create_task(self._process(trace, tokens, parent))
+    async def _dispatch(self, work: list[_Work]) -> None:
+        while self._in_flight and self._in_flight + len(work) > self._max_in_flight:
+            self._capacity.clear()
+            await self._capacity.wait()
+        self._in_flight += len(work)
+        self._metrics.in_flight.set(self._in_flight)
+        task = asyncio.create_task(self._process_batch(work))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _process(
-        self, trace: Trace, tokens: Sequence[RawMessage], parent: otel_context.Context | None
-    ) -> None:
+    async def _process_batch(self, work: list[_Work]) -> None:
+        for index, item in enumerate(work):
+            try:
+                await self._process(item)
+            except asyncio.CancelledError:
+                self._release(len(work) - index)
+                raise
+            self._release(1)
+
+    def _release(self, count: int) -> None:
+        self._in_flight -= count
+        self._metrics.in_flight.set(self._in_flight)
+        self._capacity.set()
+
+    async def _process(self, item: _Work) -> None:
+        trace = item.trace
         structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         started = time.perf_counter()
+        agent = self._metrics.agent_label(trace.agent)
         try:
-            with self._tracer.start_as_current_span("rag-monitor process", context=parent):
+            if self._tracer is not None:
+                with self._tracer.start_as_current_span(
+                    "rag-monitor process", context=item.parent
+                ):
+                    await self._processor.process(trace)
+            else:
                 await self._processor.process(trace)
-            self._metrics.traces_processed.labels(
-                self._metrics.agent_label(trace.agent), "ok"
-            ).inc()
+            self._metrics.traces_processed.labels(agent, "ok").inc()
         except Exception as exc:
             log.exception("processing failed; dead-lettering the trace")
-            self._metrics.traces_processed.labels(
-                self._metrics.agent_label(trace.agent), "error"
-            ).inc()
+            self._metrics.traces_processed.labels(agent, "error").inc()
             detail = f"{type(exc).__name__}: {exc}"
-            for token in tokens:
+            value = trace.model_dump_json().encode()
+            for token in item.tokens:
                 await self._dead_letter(
-                    token,
-                    "processing_error",
-                    type(exc).__name__,
-                    detail,
-                    value=trace.model_dump_json().encode(),
+                    token, "processing_error", type(exc).__name__, detail, value=value
                 )
         finally:
             elapsed = time.perf_counter() - started
@@ -181,9 +222,7 @@ class Ingest:
                 else None
             )
             self._metrics.processing_seconds.observe(elapsed, exemplar=exemplar)
-            self._finish(tokens)
-            self._metrics.in_flight.dec()
-            self._slots.release()
+            self._finish(item.tokens)
 
     async def _reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
         log.warning(
@@ -218,8 +257,7 @@ class Ingest:
 
         Returns False when the deadline passed with work still running.
         """
-        for assembled in self._assembler.flush():
-            await self._dispatch_assembled(assembled)
+        await self._dispatch_assembled(self._assembler.flush())
         while self._tasks:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -1,0 +1,137 @@
+"""Ingest throughput: the daemon's consume/decode/dispatch path versus a bare aiokafka consumer.
+
+Both read the same messages (1-2 KB native traces, 6 partitions) from one broker in one run;
+the figure that matters is the ratio (target >= 0.5), since this machine's absolute speed varies.
+
+    python bench/ingest.py                      # starts the test broker (scripts/setup-kafka.sh)
+    python bench/ingest.py --bootstrap HOST:PORT --traces 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer
+from prometheus_client import CollectorRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from monitor.daemon import Daemon, SourceSpec  # noqa: E402
+from monitor.models import Trace  # noqa: E402
+from tests.support.kafka_io import create_topics, produce  # noqa: E402
+from tests.support.traces import daemon_settings, native_trace  # noqa: E402
+
+PARTITIONS = 6
+
+
+def _payload(n: int) -> bytes:
+    filler = " ".join(f"fact-{n}-{i} about the branch opening hours" for i in range(24))
+    trace = native_trace(
+        n,
+        contexts=[
+            {"id": f"doc-{n}-{j}", "text": filler[: 300 + 40 * j], "score": 0.9 - j / 10}
+            for j in range(3)
+        ],
+    )
+    return json.dumps(trace).encode()
+
+
+class Clock:
+    """Stage that only records when the first and the last trace arrived."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.count = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        self.done = asyncio.Event()
+
+    async def process(self, trace: Trace) -> None:
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = now
+        self.count += 1
+        if self.count >= self.expected:
+            self.last = now
+            self.done.set()
+
+
+async def bare_consumer(bootstrap: str, topic: str, expected: int) -> float:
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=f"bare-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    seen, first = 0, None
+    try:
+        while seen < expected:
+            batches = await consumer.getmany(timeout_ms=500, max_records=500)
+            for records in batches.values():
+                if records and first is None:
+                    first = time.perf_counter()
+                seen += len(records)
+    finally:
+        await consumer.stop()
+    assert first is not None
+    return expected / (time.perf_counter() - first)
+
+
+async def daemon_path(bootstrap: str, topic: str, expected: int) -> float:
+    group = f"daemon-{uuid.uuid4().hex[:6]}"
+    settings = daemon_settings(bootstrap, [topic], group, f"{topic}.dlq", format="auto")
+    clock = Clock(expected)
+    daemon = Daemon(settings, SourceSpec("kafka"), processor=clock, registry=CollectorRegistry())
+    task = asyncio.create_task(daemon.run())
+    await clock.done.wait()
+    daemon.request_stop()
+    await task
+    assert clock.first is not None and clock.last is not None
+    return expected / (clock.last - clock.first)
+
+
+async def main_async(bootstrap: str, traces: int, rounds: int) -> None:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    await create_topics(bootstrap, [topic], partitions=PARTITIONS)
+    await create_topics(bootstrap, [f"{topic}.dlq"])
+    payloads = [_payload(n) for n in range(traces)]
+    sizes = sorted(len(p) for p in payloads)
+    for start in range(0, traces, 5000):
+        chunk = payloads[start : start + 5000]
+        await produce(bootstrap, topic, chunk, keys=[str(i).encode() for i in range(len(chunk))])
+    print(f"{traces} traces, {sizes[0]}-{sizes[-1]} bytes each, {PARTITIONS} partitions")
+    for round_no in range(1, rounds + 1):
+        bare = await bare_consumer(bootstrap, topic, traces)
+        daemon = await daemon_path(bootstrap, topic, traces)
+        print(
+            f"round {round_no}: bare aiokafka {bare:,.0f} msg/s | daemon {daemon:,.0f} traces/s "
+            f"| ratio {daemon / bare:.2f} (target >= 0.5)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bootstrap", help="an existing broker; default: start the test broker")
+    parser.add_argument("--traces", type=int, default=30_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    if args.bootstrap:
+        asyncio.run(main_async(args.bootstrap, args.traces, args.rounds))
+        return
+    from tests.support.kafka_broker import KafkaBroker
+
+    with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
+        asyncio.run(main_async(broker.bootstrap, args.traces, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
