@@ -18,9 +18,11 @@ from monitor import __version__
 from monitor.config import ConfigError, Settings, load_settings, masked_dump
 from monitor.logs import configure_logging
 from monitor.models import Trace
+from monitor.source.topics import MissingTopicError
 
 EXIT_CONFIG = 2
 EXIT_FORCED = 130
+EXIT_STARTUP = 3
 
 
 def trace_json_schema() -> dict[str, object]:
@@ -49,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--config", type=Path, help="YAML configuration file")
 
     sub.add_parser("schema", help="print the JSON Schema of native traces (version 1)")
+
+    score = sub.add_parser("score", help="score a JSONL file of native traces offline")
+    score.add_argument("--input", required=True, help="traces, one JSON object a line; - = stdin")
+    score.add_argument("--output", required=True, type=Path, help="results, one JSON a line")
+    score.add_argument("--evaluator", choices=["heuristic", "llm", "ragas"], default="heuristic")
+    score.add_argument("--config", type=Path, help="YAML configuration file")
     return parser
 
 
@@ -71,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         return _run(args.config, args.source)
+    if args.command == "score":
+        return _score(args.config, args.input, args.output, args.evaluator)
     raise AssertionError(args.command)
 
 
@@ -85,7 +95,51 @@ def _run(config: Path | None, source_text: str) -> int:
         return EXIT_CONFIG
     configure_logging(settings.log.format, settings.log.level)
     daemon = Daemon(settings, source)
-    return asyncio.run(_serve(daemon))
+    try:
+        return asyncio.run(_serve(daemon))
+    except MissingTopicError as exc:
+        structlog.get_logger("monitor.cli").error("cannot start", error=str(exc))
+        print(f"rag-monitor: {exc}", file=sys.stderr)
+        return EXIT_STARTUP
+
+
+def _score(config: Path | None, input_path: str, output: Path, evaluator: str) -> int:
+    from monitor.offline import Summary, read_traces
+
+    settings = _load(config)
+    configure_logging(settings.log.format, "warning")
+    traces, rejected = read_traces(input_path, sys.stderr)
+    summary = Summary(rejected=rejected)
+    asyncio.run(_score_traces(settings, traces, output, evaluator, summary))
+    print(summary.render())
+    return 0
+
+
+async def _score_traces(
+    settings: Settings, traces: list[Trace], output: Path, evaluator: str, summary: object
+) -> None:
+    from contextlib import AsyncExitStack
+
+    from monitor.daemon import build_scoring_stage
+    from monitor.export.metrics import Metrics
+    from monitor.models import EvaluationResult
+    from monitor.offline import Summary
+
+    assert isinstance(summary, Summary)
+    if evaluator != "heuristic":
+        raise SystemExit(f"rag-monitor: evaluator {evaluator!r} is not available yet")
+    async with AsyncExitStack() as stack:
+        processor, _ = await build_scoring_stage(settings, Metrics(), stack, None)
+        with output.open("w", encoding="utf-8") as out:
+
+            async def write(trace: Trace, result: EvaluationResult) -> None:
+                if result.evaluator == evaluator:
+                    summary.add(result)
+                out.write(result.model_dump_json() + "\n")
+
+            processor.observers.append(write)
+            for trace in sorted(traces, key=lambda t: (t.conversation_id or "", t.turn or 0)):
+                await processor.process(trace)
 
 
 async def _serve(daemon: object) -> int:

@@ -20,6 +20,9 @@ from pydantic_settings import (
 )
 from pydantic_settings.exceptions import SettingsError
 
+from monitor.evaluate.judge_config import JudgeConfig
+from monitor.evaluate.sampler import SamplingConfig
+
 ENV_PREFIX = "RAGMON_"
 ENV_NESTED_DELIMITER = "__"
 
@@ -120,6 +123,32 @@ class MetricsConfig(_Section):
     )
 
 
+class ScoringConfig(_Section):
+    must_not_contain: list[str] = Field(
+        default_factory=list, description="terms no answer may contain (flagged by tier 0)"
+    )
+    rolling_window_seconds: float = Field(default=300.0, gt=0)
+
+
+class StoreConfig(_Section):
+    url: SecretStr = Field(
+        default=SecretStr("sqlite+aiosqlite:///ragmon.db"),
+        description="SQLAlchemy async URL; may hold a password, so it is treated as a secret",
+    )
+    enabled: bool = True
+
+
+class ResultsConfig(_Section):
+    topic: str | None = Field(default="rag_eval_results", description="None: do not publish")
+
+
+class RedactionSinksConfig(_Section):
+    """Sinks besides the judge that get redacted text (patterns: `judge.redaction`)."""
+
+    store: bool = True
+    results_topic: bool = True
+
+
 class Settings(BaseSettings):
     """Everything the daemon reads at start-up."""
 
@@ -136,6 +165,12 @@ class Settings(BaseSettings):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    results: ResultsConfig = Field(default_factory=ResultsConfig)
+    redact: RedactionSinksConfig = Field(default_factory=RedactionSinksConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -9,21 +9,28 @@ import asyncio
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
 from monitor.config import Settings
+from monitor.evaluate.heuristic import HeuristicEvaluator
+from monitor.evaluate.redaction import Redactor
+from monitor.evaluate.sampler import Sampler
 from monitor.export.http import HttpServer, Probes, build_app
 from monitor.export.metrics import Metrics
+from monitor.export.results import ResultsPublisher
+from monitor.export.scoring_metrics import ScoringMetrics
+from monitor.scoring import ScoringProcessor
 from monitor.source.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.source.file import read_lines
 from monitor.source.ingest import Ingest
 from monitor.source.kafka import KafkaSource
 from monitor.source.offsets import OffsetTracker
 from monitor.stage import RecordingProcessor, TraceProcessor
+from monitor.store import Store
 from monitor.telemetry import build_tracer
 
 log = structlog.get_logger(__name__)
@@ -58,7 +65,9 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self.source_spec = source
+        self._processor_override = processor
         self.processor: TraceProcessor = processor or RecordingProcessor()
+        self.store: Store | None = None
         self.metrics = Metrics(registry, max_agents=settings.metrics.max_agents)
         self.tracker = OffsetTracker()
         self._dead_letters_override = dead_letters
@@ -106,10 +115,12 @@ class Daemon:
             stack.push_async_callback(self.http.stop)
             log.info("http server listening", host=self.settings.http.host, port=self.http.port)
             if self.source_spec.kind == "file":
+                self.processor = await self._processor(stack, producer_kwargs=None)
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
                 ingest = self._ingest(dead_letters, tracer)
                 return await self._run_file(ingest)
             kafka = KafkaSource(self.settings.kafka, self.tracker, self.metrics)
+            self.processor = await self._processor(stack, producer_kwargs=kafka.producer_kwargs())
             if self._dead_letters_override is not None:
                 dead_letters = self._dead_letters_override
             else:
@@ -127,6 +138,17 @@ class Daemon:
                 await kafka.stop()
                 self.metrics.ready.set(0)
                 log.info("left the consumer group")
+
+    async def _processor(
+        self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
+    ) -> TraceProcessor:
+        """The given processing stage, or the scoring stage with its sinks."""
+        if self._processor_override is not None:
+            return self._processor_override
+        processor, self.store = await build_scoring_stage(
+            self.settings, self.metrics, stack, producer_kwargs
+        )
+        return processor
 
     def _ingest(self, dead_letters: DeadLetterSink, tracer: Tracer | None) -> Ingest:
         kafka = self.settings.kafka
@@ -186,3 +208,45 @@ class Daemon:
             self._file_running = False
             self.metrics.ready.set(0)
         return 0
+
+
+async def build_scoring_stage(
+    settings: Settings,
+    metrics: Metrics,
+    stack: AsyncExitStack,
+    producer_kwargs: dict[str, Any] | None,
+    *,
+    judge_everything: bool = False,
+    use_judge: bool = True,
+) -> tuple[ScoringProcessor, Store | None]:
+    """Tier 0, the sampler, the judge when configured, and the store and results sinks.
+
+    Everything opened is closed by `stack`. `judge_everything` (offline scoring) samples every
+    trace; `producer_kwargs` None means no results topic (the file source and offline scoring).
+    """
+    store = None
+    if settings.store.enabled:
+        store = await Store.open(settings.store.url.get_secret_value())
+        stack.push_async_callback(store.close)
+    publisher = None
+    if producer_kwargs is not None and settings.results.topic:
+        publisher = ResultsPublisher(settings.results.topic, producer_kwargs)
+        await publisher.start()
+        stack.push_async_callback(publisher.stop)
+    sampling = settings.sampling
+    if judge_everything:
+        sampling = sampling.model_copy(update={"rate": 1.0, "agent_rates": {}, "queue_size": 10**9})
+    scoring_metrics = ScoringMetrics(
+        metrics.registry, metrics.agent_label, settings.scoring.rolling_window_seconds
+    )
+    redactor = Redactor(settings.judge.redaction)
+    processor = ScoringProcessor(
+        tier0=HeuristicEvaluator(must_not_contain=settings.scoring.must_not_contain),
+        metrics=scoring_metrics,
+        sampler=Sampler(sampling),
+        store=store,
+        publisher=publisher,
+        store_redactor=redactor if settings.redact.store and redactor.enabled else None,
+        results_redactor=redactor if settings.redact.results_topic and redactor.enabled else None,
+    )
+    return processor, store

@@ -40,3 +40,31 @@ def private_broker(tmp_path: Path) -> Iterator[KafkaBroker]:
 @pytest.fixture
 def topic_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+POSTGRES_URL_ENV = "RAGMON_TEST_POSTGRES_URL"
+DEFAULT_POSTGRES_URL = "postgresql+asyncpg://ragmon:ragmon@127.0.0.1:5432/ragmon_test"
+
+
+@pytest.fixture
+async def postgres_url() -> str:
+    """A PostgreSQL database with the store's tables dropped, for a test of its own."""
+    import os
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from monitor.store import metadata
+
+    url = os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.drop_all)
+            from sqlalchemy import text
+
+            await conn.execute(text("DROP TABLE IF EXISTS ragmon_schema"))
+    except (OSError, Exception) as exc:  # asyncpg raises its own errors for auth and absence
+        await engine.dispose()
+        service_unavailable(f"PostgreSQL unavailable at {url}: {type(exc).__name__}: {exc}")
+    await engine.dispose()
+    return url

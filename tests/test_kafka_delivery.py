@@ -81,7 +81,7 @@ async def test_a_crash_mid_batch_loses_nothing_and_commits_never_pass_unfinished
             record.value
         ).trace_id
 
-    first = SlowRecorder(delay=(0.0, 0.02))
+    first = SlowRecorder(delay=(0.01, 0.05))
     violations: list[str] = []
 
     async def audit_commits() -> None:
@@ -99,7 +99,9 @@ async def test_a_crash_mid_batch_loses_nothing_and_commits_never_pass_unfinished
             await asyncio.sleep(0.05)
 
     auditor = asyncio.create_task(audit_commits())
-    running = RunningDaemon(_daemon(kafka_broker, topic_prefix, first, max_in_flight=50))
+    running = RunningDaemon(
+        _daemon(kafka_broker, topic_prefix, first, max_in_flight=50, fetch_max_records=20)
+    )
     await running.started()
     await wait_for(lambda: len(first.finished) >= 120, 60, "part of the traces processed")
     await running.crash()

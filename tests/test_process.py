@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import os
 import signal
 import socket
@@ -61,31 +62,38 @@ def test_file_source_replays_the_bundled_example_and_dead_letters_the_bad_line()
     assert "answer" in letters[0]["error"], "the error names the missing field"
 
 
-def test_file_source_reads_stdin() -> None:
+def test_file_source_reads_stdin_and_stores_a_result_per_trace(tmp_path: Path) -> None:
     lines = "\n".join(json.dumps(native_trace(i)) for i in range(5)) + "\n"
+    database = tmp_path / "results.db"
     result = subprocess.run(
         [sys.executable, "-m", "monitor.cli", "run", "--source", "file:-"],
         input=lines,
         capture_output=True,
         text=True,
         timeout=60,
-        env=_env(RAGMON_HTTP__PORT=str(_free_port()), RAGMON_LOG__LEVEL="debug"),
+        env=_env(
+            RAGMON_HTTP__PORT=str(_free_port()),
+            RAGMON_STORE__URL=f"sqlite+aiosqlite:///{database}",
+        ),
     )
     assert result.returncode == 0, result.stderr
-    recorded = [
-        json.loads(line) for line in result.stderr.splitlines() if '"trace recorded"' in line
-    ]
-    assert sorted(r["trace_id"] for r in recorded) == [f"trace-{i:06d}" for i in range(5)]
+    with sqlite3.connect(database) as db:
+        stored = sorted(row[0] for row in db.execute("SELECT trace_id FROM evaluation_results"))
+    assert stored == [f"trace-{i:06d}" for i in range(5)]
 
 
 @pytest.mark.kafka
 def test_sigterm_drains_commits_and_exits_zero(
-    kafka_broker: KafkaBroker, topic_prefix: str
+    kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path
 ) -> None:
     import asyncio
 
     topic, group = f"{topic_prefix}.in", f"{topic_prefix}.group"
-    asyncio.run(create_topics(kafka_broker.bootstrap, [topic, f"{topic_prefix}.dlq"]))
+    asyncio.run(
+        create_topics(
+            kafka_broker.bootstrap, [topic, f"{topic_prefix}.dlq", f"{topic_prefix}.results"]
+        )
+    )
     asyncio.run(
         produce(kafka_broker.bootstrap, topic, [encode(native_trace(i)) for i in range(50)])
     )
@@ -102,6 +110,8 @@ def test_sigterm_drains_commits_and_exits_zero(
             RAGMON_KAFKA__TOPICS=json.dumps([topic]),
             RAGMON_KAFKA__GROUP_ID=group,
             RAGMON_KAFKA__DLQ_TOPIC=f"{topic_prefix}.dlq",
+            RAGMON_RESULTS__TOPIC=f"{topic_prefix}.results",
+            RAGMON_STORE__URL=f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
             RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS="60",  # only the shutdown commit counts
             RAGMON_SHUTDOWN__DEADLINE_SECONDS="10",
         ),
@@ -142,3 +152,31 @@ def _processed(port: int) -> float:
         if line.startswith("ragmon_traces_processed_total{"):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+@pytest.mark.kafka
+def test_a_missing_output_topic_stops_start_up_with_its_name(
+    kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path
+) -> None:
+    import asyncio
+
+    asyncio.run(
+        create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.in", f"{topic_prefix}.dlq"])
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "monitor.cli", "run"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=_env(
+            RAGMON_HTTP__PORT=str(_free_port()),
+            RAGMON_KAFKA__BOOTSTRAP_SERVERS=kafka_broker.bootstrap,
+            RAGMON_KAFKA__TOPICS=json.dumps([f"{topic_prefix}.in"]),
+            RAGMON_KAFKA__DLQ_TOPIC=f"{topic_prefix}.dlq",
+            RAGMON_RESULTS__TOPIC=f"{topic_prefix}.missing",
+            RAGMON_STORE__URL=f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
+        ),
+    )
+    assert result.returncode == 3
+    assert f"{topic_prefix}.missing" in result.stderr and "results.topic" in result.stderr

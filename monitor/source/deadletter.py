@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from monitor.source.messages import RawMessage
+from monitor.source.topics import require_topic
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +62,7 @@ class KafkaDeadLetters:
 
     async def start(self) -> None:
         await self._producer.start()
+        await require_topic(self._producer, self.topic, "kafka.dlq_topic")
 
     async def stop(self) -> None:
         self._closed = True

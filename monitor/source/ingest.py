@@ -178,12 +178,13 @@ class Ingest:
         task.add_done_callback(self._tasks.discard)
 
     async def _process_batch(self, work: list[_Work]) -> None:
-        for index, item in enumerate(work):
-            try:
-                await self._process(item)
-            except asyncio.CancelledError:
-                self._release(len(work) - index)
-                raise
+        # Concurrent within the batch: sinks (store, results topic, judge) are I/O-bound.
+        await asyncio.gather(*(self._process_and_release(item) for item in work))
+
+    async def _process_and_release(self, item: _Work) -> None:
+        try:
+            await self._process(item)
+        finally:
             self._release(1)
 
     def _release(self, count: int) -> None:
@@ -198,9 +199,7 @@ class Ingest:
         agent = self._metrics.agent_label(trace.agent)
         try:
             if self._tracer is not None:
-                with self._tracer.start_as_current_span(
-                    "rag-monitor process", context=item.parent
-                ):
+                with self._tracer.start_as_current_span("rag-monitor process", context=item.parent):
                     await self._processor.process(trace)
             else:
                 await self._processor.process(trace)

@@ -1,0 +1,100 @@
+"""Configuration of the tier-1 LLM judge (mounted as ``judge`` in :class:`monitor.config.Settings`).
+
+Environment names follow the settings convention: ``RAGMON_JUDGE__BASE_URL``,
+``RAGMON_JUDGE__MODEL``, ``RAGMON_JUDGE__API_KEY``, ``RAGMON_JUDGE__EXTRA_HEADERS`` (JSON object),
+``RAGMON_JUDGE__REDACTION__PATTERNS`` (JSON list) and so on.
+
+Secrets: ``api_key`` and every value of ``extra_headers`` are :class:`pydantic.SecretStr`, so a
+configuration dump (``check-config``) masks them and nothing that formats the model leaks them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class RedactionConfig(_Section):
+    """What is removed from trace text before it is sent to the judge (on by default)."""
+
+    enabled: bool = True
+    patterns: list[str] = Field(
+        default_factory=list,
+        description="extra regular expressions (Python syntax); every match is replaced",
+    )
+    replacement: str = "[REDACTED]"
+
+    @field_validator("patterns")
+    @classmethod
+    def _compile(cls, patterns: list[str]) -> list[str]:
+        for i, pattern in enumerate(patterns):
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {i} is not a valid regular expression: {exc}") from None
+            if compiled.match(""):
+                raise ValueError(f"pattern {i} matches the empty string")
+        return patterns
+
+
+class JudgeConfig(_Section):
+    """An OpenAI-compatible chat endpoint (OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp)."""
+
+    enabled: bool = False
+    base_url: str | None = Field(
+        default=None, description="e.g. https://api.openai.com/v1 or http://vllm:8000/v1"
+    )
+    model: str = Field(default="gpt-4o-mini", min_length=1)
+    api_key: SecretStr | None = None
+    extra_headers: dict[str, SecretStr] = Field(
+        default_factory=dict, description="sent with every request; values are secrets"
+    )
+    azure_api_version: str | None = Field(
+        default=None, description="set for Azure OpenAI (base_url = the resource endpoint)"
+    )
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    backoff_base_seconds: float = Field(default=0.5, ge=0)
+    backoff_max_seconds: float = Field(default=30.0, ge=0)
+    circuit_failure_threshold: int = Field(default=5, ge=1)
+    circuit_reset_seconds: float = Field(default=30.0, gt=0)
+    max_concurrency: int = Field(default=4, ge=1)
+    max_context_chunks: int = Field(default=5, ge=1, description="K: chunks judged per trace")
+    max_chars_per_chunk: int = Field(default=2000, ge=100)
+    cache_ttl_seconds: float = Field(default=3600.0, ge=0, description="0 disables the cache")
+    cache_max_entries: int = Field(default=10_000, ge=0, description="0 disables the cache")
+    input_price_per_million: float = Field(default=0.0, ge=0, description="dollars")
+    output_price_per_million: float = Field(default=0.0, ge=0, description="dollars")
+    seed: int | None = 7
+    redaction: RedactionConfig = Field(default_factory=RedactionConfig)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return value
+
+    @property
+    def active(self) -> bool:
+        """Whether the daemon should run the judge: enabled explicitly, or an endpoint is set."""
+        return self.enabled or self.base_url is not None
+
+    def header_values(self) -> dict[str, str]:
+        """The extra headers in the form the HTTP client takes (never log this)."""
+        return {name: value.get_secret_value() for name, value in self.extra_headers.items()}
+
+    def secrets(self) -> list[str]:
+        """Every secret value of this configuration (for scrubbing error text)."""
+        out = [v.get_secret_value() for v in self.extra_headers.values()]
+        if self.api_key is not None:
+            out.append(self.api_key.get_secret_value())
+        return [s for s in out if s]

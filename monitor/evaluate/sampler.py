@@ -1,0 +1,113 @@
+"""Which traces get the costly LLM judge, and shedding load when it falls behind.
+
+Decisions are deterministic by a hash of the conversation id (a conversation is judged whole or
+not at all), at a per-agent rate. Priority traces (negative feedback, low tier-0 faithfulness,
+no contexts) skip the rate. When the judge queue fills, the effective rate is lowered instead
+of blocking consumption, and whatever cannot be queued is shed and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.models import EvaluationResult, Trace
+
+Decision = Literal["sampled", "priority", "skipped"]
+
+
+class SamplingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rate: float = Field(default=0.05, ge=0, le=1, description="share of conversations judged")
+    agent_rates: dict[str, float] = Field(default_factory=dict)
+    priority_faithfulness_below: float = Field(default=0.5, ge=0, le=1)
+    priority_feedback_at_or_below: float | None = Field(
+        default=0.0, description="feedback.score at or below this always gets judged"
+    )
+    priority_no_contexts: bool = True
+    queue_size: int = Field(default=200, gt=0)
+    token_budget_per_hour: int | None = Field(default=None, gt=0)
+    min_rate_factor: float = Field(default=0.01, gt=0, le=1)
+
+
+def _unit_hash(key: str) -> float:
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+@dataclass
+class _Budget:
+    window_start: float
+    used: int = 0
+
+
+class Sampler:
+    """Decides per trace; adapts a load factor in [min_rate_factor, 1] from queue depth."""
+
+    def __init__(self, config: SamplingConfig) -> None:
+        self.config = config
+        self.load_factor = 1.0
+        self._last_adjust = 0.0
+        self._budget = _Budget(window_start=time.monotonic())
+
+    def base_rate(self, agent: str) -> float:
+        return self.config.agent_rates.get(agent, self.config.rate)
+
+    def effective_rate(self, agent: str) -> float:
+        return self.base_rate(agent) * self.load_factor
+
+    def decide(self, trace: Trace, tier0: EvaluationResult) -> Decision:
+        if self._is_priority(trace, tier0):
+            return "priority"
+        key = trace.conversation_id or trace.trace_id
+        return "sampled" if _unit_hash(key) < self.effective_rate(trace.agent) else "skipped"
+
+    def _is_priority(self, trace: Trace, tier0: EvaluationResult) -> bool:
+        cfg = self.config
+        if cfg.priority_no_contexts and not trace.contexts:
+            return True
+        threshold = cfg.priority_feedback_at_or_below
+        if (
+            threshold is not None
+            and trace.feedback is not None
+            and trace.feedback.score is not None
+            and trace.feedback.score <= threshold
+        ):
+            return True
+        # `support` (continuous) ranks hallucination risk better than the faithfulness ratio.
+        faithfulness = tier0.scores.get("support") or tier0.scores.get("faithfulness")
+        return (
+            faithfulness is not None
+            and faithfulness.value is not None
+            and faithfulness.value < cfg.priority_faithfulness_below
+        )
+
+    def observe_queue(self, depth: int, now: float | None = None) -> None:
+        """Lower the rate while the judge queue is over 3/4 full; recover below 1/4."""
+        now = time.monotonic() if now is None else now
+        if now - self._last_adjust < 1.0:
+            return
+        fill = depth / self.config.queue_size
+        if fill > 0.75:
+            self.load_factor = max(self.config.min_rate_factor, self.load_factor * 0.5)
+            self._last_adjust = now
+        elif fill < 0.25 and self.load_factor < 1.0:
+            self.load_factor = min(1.0, self.load_factor * 1.25)
+            self._last_adjust = now
+
+    def budget_allows(self, now: float | None = None) -> bool:
+        limit = self.config.token_budget_per_hour
+        if limit is None:
+            return True
+        now = time.monotonic() if now is None else now
+        if now - self._budget.window_start >= 3600:
+            self._budget = _Budget(window_start=now)
+        return self._budget.used < limit
+
+    def spend(self, tokens: int) -> None:
+        self._budget.used += tokens

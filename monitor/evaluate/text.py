@@ -1,0 +1,479 @@
+"""Language-aware text primitives for the heuristic evaluator (English and Japanese).
+
+Everything here is deterministic, pure Python and dependency-free:
+
+- :func:`normalize` -- NFKC + camelCase/underscore splitting, the form every matcher works on.
+- :func:`detect_language` -- ``"ja"``, ``"en"``, ``"other"`` or ``"unknown"`` from script ratios
+  (and, for Latin script, the share of English function words).
+- :func:`split_sentences` -- CJK-aware sentence splitting: the ideographic full stop and
+  full-width/ASCII ``!?``, ``.`` with abbreviation, initial and decimal care, newlines and
+  bullet/numbered lists.
+- :func:`content_tokens` -- matching units: stemmed English content words (stopwords dropped) and,
+  for text without spaces, character bigrams of kanji/katakana runs (single kanji kept as is).
+- :func:`extract_entities` -- numbers/dates and names (capitalised words, katakana words), the
+  things an answer must not invent.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+Language = Literal["ja", "en", "other", "unknown"]
+
+# ---------------------------------------------------------------------------------------------
+# Scripts
+
+_HIRA = "\u3041-\u309f"
+_KATA = "\u30a0-\u30ff\u31f0-\u31ff"
+_KANJI = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006\u3007"
+_HANGUL = "\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+_LATIN = "A-Za-z\u00c0-\u024f"
+
+_RE_HIRA = re.compile(f"[{_HIRA}]")
+_RE_KATA = re.compile(f"[{_KATA}]")
+_RE_KANJI = re.compile(f"[{_KANJI}]")
+_RE_HANGUL = re.compile(f"[{_HANGUL}]")
+_RE_LATIN_WORD = re.compile(f"[{_LATIN}]+")
+_RE_LETTER = re.compile(r"[^\W\d_]")
+
+# ---------------------------------------------------------------------------------------------
+# English word lists (small, hand-written)
+
+
+def wordset(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+STOPWORDS: frozenset[str] = wordset(
+    """
+    a about above across after afterwards again against all almost alone along already also
+    although always am among amongst an and another any anyhow anyone anything anyway
+    anywhere are around as at be became because become becomes becoming been before
+    beforehand behind being below beside besides between beyond both but by can cannot could
+    did do does doing done down due during each either else elsewhere enough especially etc
+    even ever every everyone everything everywhere except few for former formerly from
+    further furthermore had has have having he hence her here hereafter hereby herein hers
+    herself him himself his how however i if in indeed into is it its itself just last
+    latter latterly least less made make makes many may me meanwhile might mine more
+    moreover most mostly much must my myself namely neither never nevertheless next nobody
+    none noone nor not nothing now nowhere of off often on once one only onto or other
+    others otherwise our ours ourselves out over own per perhaps please quite rather re
+    really same seem seemed seeming seems several she should since so some somehow someone
+    something sometime sometimes somewhere still such than that the their theirs them
+    themselves then thence there thereafter thereby therefore therein thereupon these they
+    this those though through throughout thru thus to together too toward towards under
+    until up upon us very via was we well were what whatever when whence whenever where
+    whereafter whereas whereby wherein whereupon wherever whether which while whither who
+    whoever whole whom whose why will with within without would yet you your yours yourself
+    yourselves additionally overall also including include includes included like various
+    based provided passage passages according mentioned mention mentions context given
+    information text answer question yes ok okay s t d ll m ve re
+    """
+)
+
+_EN_FUNCTION_WORDS: frozenset[str] = wordset(
+    """
+    the a an of to in is are was were and or for with on at by from that this it be as not
+    but have has had what which who how why when where do does did i you he she we they can
+    will would should there their its his her my your our
+    """
+)
+
+NEGATIONS_EN: frozenset[str] = wordset(
+    """
+    not no never none nobody nothing neither nor without cannot can't don't doesn't didn't
+    isn't aren't wasn't weren't won't wouldn't shouldn't couldn't hasn't haven't hadn't lack
+    lacks
+    """
+)
+
+_NUMBER_WORDS: dict[str, str] = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+    "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
+    "thirteen": "13", "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17",
+    "eighteen": "18", "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40",
+    "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90",
+    "hundred": "100", "thousand": "1000", "first": "1", "second": "2", "third": "3",
+    "fourth": "4", "fifth": "5", "sixth": "6", "seventh": "7", "eighth": "8", "ninth": "9",
+    "tenth": "10", "twice": "2", "once": "1", "half": "0.5", "dozen": "12",
+}  # fmt: skip
+
+_ABBREVIATIONS: frozenset[str] = wordset(
+    """
+    mr mrs ms dr prof sr jr st mt ft vs etc e.g i.e eg ie inc ltd co corp no nos fig figs
+    approx dept est gen gov sen rep rev vol pp al jan feb mar apr jun jul aug sep sept oct
+    nov dec u.s u.k u.n a.m p.m ph.d op cf ca
+    """
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation
+
+
+_RE_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_RE_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+@lru_cache(maxsize=1024)
+def normalize(text: str) -> str:
+    """NFKC (full-width to ASCII, half-width kana to full-width), split camelCase and `_`."""
+    text = unicodedata.normalize("NFKC", text)
+    text = _RE_CAMEL.sub(" ", text)
+    return text.replace("_", " ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Language detection
+
+
+def detect_language(text: str) -> Language:
+    """Guess the language of `text` from its scripts.
+
+    ``"ja"`` when kana (or kana + kanji) make up a clear share of the letters; ``"en"`` for Latin
+    script with English function words; ``"other"`` for other scripts or Latin text with no English
+    function words; ``"unknown"`` when there is too little text to tell (a bare name or number).
+    """
+    text = unicodedata.normalize("NFKC", text)
+    letters = len(_RE_LETTER.findall(text))
+    if letters == 0:
+        return "unknown"
+    kana = len(_RE_HIRA.findall(text)) + len(_RE_KATA.findall(text))
+    kanji = len(_RE_KANJI.findall(text))
+    hangul = len(_RE_HANGUL.findall(text))
+    latin_words = _RE_LATIN_WORD.findall(text)
+    latin = sum(len(w) for w in latin_words)
+    cjk = kana + kanji
+    if kana and (kana >= 0.15 * letters or cjk >= 0.3 * letters):
+        return "ja"
+    if hangul >= 0.3 * letters:
+        return "other"
+    if kanji >= 0.3 * letters:
+        # kanji without kana: Chinese, or a very short Japanese noun phrase
+        return "other" if kanji >= 12 else "unknown"
+    if latin >= 0.5 * letters:
+        words = [w.lower() for w in latin_words]
+        hits = sum(1 for w in words if w in _EN_FUNCTION_WORDS)
+        if hits and hits >= 0.08 * len(words):
+            return "en"
+        return "unknown" if len(words) < 5 else "other"
+    return "other" if letters >= 12 else "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sentence splitting
+
+_RE_BULLET = re.compile(
+    r"^\s*(?:[-*+\u2022\u30fb\u25cf\u25cb\u25e6\u25aa\u25a0\u2013\u2014>]+|"
+    r"\(?\d{1,3}[.)\uff0e\u3001]|\(?[a-zA-Z][.)](?=\s)|[\u2460-\u2473]|#{1,6})\s*"
+)
+_CLOSERS = "\"'\u201d\u2019)\uff09\u300d\u300f\u3011\u3009\u300b]"
+_CLOSERS_RE = re.escape(_CLOSERS)
+_RE_CJK_END = re.compile(
+    f"(?:[\u3002\uff01\uff1f\uff0e]+|(?<=[{_HIRA}{_KATA}{_KANJI}])[!?]+)[{_CLOSERS_RE}]*"
+)
+_RE_LATIN_END = re.compile(f"[.!?\u2026]+[{_CLOSERS_RE}]*(?=\\s|$)")
+_RE_GLUED_END = re.compile(r"(?<=[a-z]{2}[.!?])(?=[A-Z][a-z])")
+_RE_HAS_WORD = re.compile(r"[^\W_]")
+_QUOTATIVE = frozenset("とっな")
+
+
+_RE_WORD_BEFORE_DOT = re.compile(r"(?<![A-Za-z.])([A-Za-z][A-Za-z.]*)$")
+
+
+def _is_abbreviation_before(text: str, dot: int) -> bool:
+    """True when the '.' at `dot` ends an abbreviation or an initial ('J.'), not a sentence."""
+    m = _RE_WORD_BEFORE_DOT.search(text, max(0, dot - 16), dot)
+    if m is None:
+        return False
+    word = m.group(1)
+    if len(word) == 1 and word.isupper():  # an initial: "J. Robert"
+        return True
+    if "." in word:  # "U.S.", "D.C.", "e.g."
+        return True
+    return word.lower().rstrip(".") in _ABBREVIATIONS
+
+
+def _split_line(line: str) -> list[str]:
+    cuts: set[int] = set()
+    for m in _RE_CJK_END.finditer(line):
+        if m.group(0)[-1] in _CLOSERS and line[m.end() : m.end() + 1] in _QUOTATIVE:
+            continue  # 「…。」と言った: the quote ends, the sentence goes on
+        cuts.add(m.end())
+    for m in _RE_LATIN_END.finditer(line):
+        if m.group(0)[0] == ".":
+            if m.group(0).rstrip(_CLOSERS) == "." and _is_abbreviation_before(line, m.start()):
+                continue
+            nxt = line[m.end() :].lstrip()
+            if nxt and nxt[0].islower():
+                continue  # "e.g. this", "approx. five": not a sentence end
+        cuts.add(m.end())
+    cuts.update(m.start() for m in _RE_GLUED_END.finditer(line))
+    pieces: list[str] = []
+    start = 0
+    for cut in sorted(cuts):
+        if cut <= start:
+            continue
+        pieces.append(line[start:cut])
+        start = cut
+    pieces.append(line[start:])
+    return [p.strip() for p in pieces if _RE_HAS_WORD.search(p)]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split `text` into sentences (statements), keeping each piece's original wording.
+
+    Lines are split first (list items and paragraphs are separate statements), bullet and
+    numbering markers are removed, then each line is split after the ideographic full stop and
+    full-width ``!?`` (and ASCII ``!?`` after Japanese text), closing brackets/quotes kept with the
+    sentence, and at ``.``/``!``/``?`` followed by a space, unless the ``.`` ends a known
+    abbreviation, an acronym ('U.S.') or a single capital initial, or the next word is lowercase.
+    Decimals (``3.14``) never split. Pieces with no letters or digits are dropped.
+    """
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = _RE_BULLET.sub("", raw, count=1).strip()
+        if not line:
+            continue
+        out.extend(_split_line(line))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenisation
+
+_RE_TOKEN = re.compile(
+    r"(?P<num>\d+(?:\.\d+)?)"
+    rf"|(?P<word>[{_LATIN}]+(?:['\u2019][{_LATIN}]+)*)"
+    rf"|(?P<kanji>[{_KANJI}]+)"
+    rf"|(?P<kata>[{_KATA}]+)"
+    rf"|(?P<hira>[{_HIRA}]+)"
+)
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light suffix stripper: consistent on both sides of a comparison, not linguistics."""
+    w = word
+    if w.endswith(("'s", "\u2019s")):
+        w = w[:-2]
+    if len(w) <= 3:
+        return w
+    for suffix, repl, min_len in (
+        ("ational", "ate", 4),
+        ("ization", "ize", 4),
+        ("iveness", "ive", 4),
+        ("fulness", "ful", 4),
+        ("ousness", "ous", 4),
+        ("ements", "", 4),
+        ("ement", "", 4),
+        ("ments", "", 4),
+        ("ment", "", 4),
+        ("ities", "", 4),
+        ("ity", "", 4),
+        ("ness", "", 4),
+        ("ings", "", 3),
+        ("ing", "", 3),
+        ("ies", "y", 2),
+        ("ied", "y", 2),
+        ("edly", "", 3),
+        ("ly", "", 4),
+        ("ed", "", 3),
+        ("ers", "", 3),
+        ("er", "", 3),
+        ("es", "", 3),
+        ("s", "", 3),
+    ):
+        if w.endswith(suffix) and len(w) - len(suffix) >= min_len:
+            if suffix != "s" or not w.endswith(("ss", "us", "is")):  # glass, status, analysis
+                w = w[: len(w) - len(suffix)] + repl
+            break
+    if len(w) > 4 and w[-1] == "e":
+        w = w[:-1]
+    if len(w) > 4 and w[-1] == w[-2] and w[-1] not in "lsz":
+        w = w[:-1]  # "stopp" -> "stop"
+    return w
+
+
+def normalize_number(raw: str) -> str:
+    """'4.0' -> '4', '23.70' -> '23.7', '007' -> '7'."""
+    if "." in raw:
+        whole, frac = raw.split(".", 1)
+        frac = frac.rstrip("0")
+        whole = whole.lstrip("0") or "0"
+        return f"{whole}.{frac}" if frac else whole
+    return raw.lstrip("0") or "0"
+
+
+def _cjk_grams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+@lru_cache(maxsize=4096)  # recurring chunks (popular documents) are tokenised once
+def _content_tokens_cached(text: str) -> tuple[str, ...]:
+    text = _RE_THOUSANDS.sub("", normalize(text))
+    out: list[str] = []
+    for m in _RE_TOKEN.finditer(text):
+        kind = m.lastgroup
+        tok = m.group(0)
+        if kind == "num":
+            out.append(normalize_number(tok))
+        elif kind == "word":
+            low = tok.lower()
+            if low in STOPWORDS or (len(low) == 1 and low not in "0123456789"):
+                continue
+            out.append(_NUMBER_WORDS.get(low) or stem(low))
+        elif kind == "kanji":
+            out.extend(_cjk_grams(tok))
+        elif kind == "kata":
+            tok = tok.strip("\u30fb")
+            if len(tok) >= 2:
+                out.extend(_cjk_grams(tok))
+        # hiragana runs are mostly particles, auxiliaries and okurigana: not content
+    return tuple(out)
+
+
+def content_tokens(text: str) -> list[str]:
+    """Content-bearing matching units of `text`, in order, with repeats.
+
+    English: lowercased words, stopwords dropped, number words mapped to digits, light stemming.
+    Japanese (no spaces): kanji runs as character bigrams (a single kanji stays a unigram),
+    katakana runs of two or more characters as bigrams; hiragana runs are dropped. Numbers are
+    normalised ('1,000' -> '1000', '4.0' -> '4').
+    """
+    return list(_content_tokens_cached(text))
+
+
+# ---------------------------------------------------------------------------------------------
+# Entities: numbers, dates and names
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """Something an answer must not invent: a number (dates included) or a name."""
+
+    kind: Literal["number", "name"]
+    key: str  # normalised form used for matching
+    surface: str  # as written
+
+
+_RE_NUMBER = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I)
+_RE_ORDINAL_SUFFIX = re.compile(r"(?<=\d)(?:st|nd|rd|th|s)\b")
+_RE_CAP_WORD = re.compile(rf"[A-Z][{_LATIN}'\u2019\-]*")
+_NOT_NAMES = frozenset(["am", "pm", "a.m", "p.m", "ok"])
+_RE_KATA_WORD = re.compile(f"[{_KATA}]{{3,}}")
+
+
+def _number_keys(num: str, ampm: str | None) -> list[str]:
+    if ":" in num or ampm:
+        hour_s, _, minute_s = num.partition(":")
+        if "." in hour_s or "." in minute_s:
+            return [normalize_number(num.replace(":", "."))]
+        hour, minute = int(hour_s), int(minute_s or "0")
+        if ampm and ampm.lower() == "p" and hour < 12:
+            hour += 12
+        elif ampm and ampm.lower() == "a" and hour == 12:
+            hour = 0
+        return [f"{hour}:{minute:02d}"]
+    return [normalize_number(num)]
+
+
+def _text_numbers(text: str) -> list[tuple[str, str]]:
+    """(key, surface) for every number in `text` (normalised text expected)."""
+    text = _RE_THOUSANDS.sub("", text)
+    text = _RE_ORDINAL_SUFFIX.sub("", text)
+    out: list[tuple[str, str]] = []
+    for m in _RE_NUMBER.finditer(text):
+        for key in _number_keys(m.group(1), m.group(2)):
+            out.append((key, m.group(0)))
+    return out
+
+
+def number_keys(text: str) -> set[str]:
+    """Every number written in `text`, normalised, number words ('eight') included."""
+    norm = normalize(text)
+    keys = {k for k, _ in _text_numbers(norm)}
+    for w in _RE_LATIN_WORD.findall(norm):
+        mapped = _NUMBER_WORDS.get(w.lower())
+        if mapped is not None:
+            keys.add(mapped)
+    # "17:00" in a context also states the hour "17"
+    keys |= {k.split(":", 1)[0] for k in keys if ":" in k}
+    return keys
+
+
+def extract_entities(text: str) -> list[Entity]:
+    """Numbers (times and years included) and names written in `text`, in order, deduplicated.
+
+    Names are capitalised Latin words that are not sentence-initial function/discourse words
+    (e.g. 'However') and katakana words of three or more characters. Number words are not
+    entities here (they are too often idiomatic: 'one of', 'second'), but they count when checking
+    whether a context states a number (see :func:`number_keys`).
+    """
+    norm = normalize(text)
+    seen: set[tuple[str, str]] = set()
+    out: list[Entity] = []
+
+    def add(kind: Literal["number", "name"], key: str, surface: str) -> None:
+        if (kind, key) not in seen:
+            seen.add((kind, key))
+            out.append(Entity(kind, key, surface))
+
+    for key, surface in _text_numbers(norm):
+        add("number", key, surface.strip())
+    for sentence in split_sentences(norm):
+        for m in _RE_CAP_WORD.finditer(sentence):
+            word = m.group(0).strip("-'\u2019")
+            low = word.lower()
+            if low.endswith(("'s", "\u2019s")):
+                low = low[:-2]
+            if len(low) < 2 or low in STOPWORDS or low in _NUMBER_WORDS or low in _NOT_NAMES:
+                continue
+            initial = m.start() == 0 or sentence[: m.start()].rstrip().endswith((":", '"'))
+            if initial and word.isalpha() and not _looks_like_name(sentence[m.start() :], word):
+                continue
+            parts = [stem(x) for x in re.split(r"[-'\u2019]", low) if len(x) >= 2]
+            if parts:
+                add("name", " ".join(parts), word)
+        for m in _RE_KATA_WORD.finditer(sentence):
+            word = m.group(0).strip("\u30fc\u30fb")
+            if len(word) >= 3:
+                add("name", word, word)
+    return out
+
+
+def _looks_like_name(sentence: str, word: str) -> bool:
+    """A sentence-initial capitalised word counts as a name if another capitalised word follows
+    it directly ('Gigi Lee') -- otherwise it is probably just the first word of the sentence."""
+    rest = sentence[len(word) :]
+    return re.match(r"\s+[A-Z][a-z]", rest) is not None
+
+
+_NAME_WORD = rf"[A-Z][{_LATIN}'\u2019]*"
+_RE_NAME_RUN = re.compile(
+    rf"{_NAME_WORD}(?:[ \t]+(?:(?:of|and|for|the|on|in|&)[ \t]+)?{_NAME_WORD})+"
+)
+_RE_ACRONYM = re.compile(r"\b[A-Z][A-Z&]{1,7}s?\b")
+
+
+def acronyms(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(acronym, member tokens) for runs of capitalised words: 'Bureau of Labor Statistics' ->
+    ('bls', ('bureau', 'labor', 'statist')). Lets 'BLS' and its expansion support each other."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for m in _RE_NAME_RUN.finditer(normalize(text)):
+        words = [w for w in m.group(0).split() if w[0].isupper()]
+        if len(words) >= 2:
+            acr = "".join(w[0] for w in words).lower()
+            out.append((acr, tuple(content_tokens(m.group(0)))))
+    return out
+
+
+def written_acronyms(text: str) -> set[str]:
+    """All-capital words as written ('FLSA', 'BLS'), lowercased."""
+    return {m.group(0).rstrip("s").lower() for m in _RE_ACRONYM.finditer(text)}

@@ -1,0 +1,322 @@
+"""The results store: SQLAlchemy async over SQLite (default) or PostgreSQL.
+
+One row per (trace_id, evaluator): a re-score overwrites, never duplicates. Writes are grouped:
+`save` returns once the row is committed, but many concurrent saves share one transaction, so
+a trace is finished (and its offset committable) only after its result is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from monitor.models import EvaluationResult
+
+log = structlog.get_logger(__name__)
+
+metadata = MetaData()
+
+results_table = Table(
+    "evaluation_results",
+    metadata,
+    Column("trace_id", String(256), primary_key=True),
+    Column("evaluator", String(32), primary_key=True),
+    Column("conversation_id", String(256), index=True),
+    Column("turn", Integer),
+    Column("agent", String(128), index=True),
+    Column("timestamp", DateTime(timezone=True), index=True),
+    Column("faithfulness", Float),
+    Column("answer_relevancy", Float),
+    Column("context_precision", Float),
+    Column("query", Text),
+    Column("answer", Text),
+    Column("result", Text, nullable=False),
+)
+
+conversation_state_table = Table(
+    "conversation_state",
+    metadata,
+    Column("conversation_id", String(256), primary_key=True),
+    Column("partition_key", String(300), index=True),
+    Column("agent", String(128)),
+    Column("updated_at", DateTime(timezone=True), index=True),
+    Column("state", Text, nullable=False),
+)
+
+turns_table = Table(
+    "conversation_turns",
+    metadata,
+    Column("conversation_id", String(256), primary_key=True),
+    Column("turn", Integer, primary_key=True),
+    Column("trace_id", String(256)),
+    Column("agent", String(128), index=True),
+    Column("timestamp", DateTime(timezone=True), index=True),
+    Column("evaluator", String(32)),
+    Column("hallucination", Float),
+    Column("drift", Float),
+    Column("memory_tokens", Integer),
+    Column("detail", Text, nullable=False),
+)
+
+golden_runs_table = Table(
+    "golden_runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("suite", String(128), index=True),
+    Column("started_at", DateTime(timezone=True), index=True),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("outcome", String(16)),
+    Column("result", Text, nullable=False),
+)
+
+# Each migration moves the schema from version N-1 to N. Version 1 is the tables above, created
+# by metadata.create_all; later versions append DDL here and never edit earlier entries.
+MIGRATIONS: list[list[str]] = [[]]
+MAX_TEXT_CHARS = 4000
+
+
+class StoreError(Exception):
+    pass
+
+
+def sanitized_url(url: str) -> str:
+    """The URL with its password hidden, for logs and check-config."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable store url>"
+
+
+@dataclass
+class _Pending:
+    row: dict[str, Any]
+    done: asyncio.Future[None]
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine, batch_size: int = 500, flush_seconds: float = 0.05):
+        self._engine = engine
+        self._dialect = engine.dialect.name
+        self._batch_size = batch_size
+        self._flush_seconds = flush_seconds
+        self._queue: list[_Pending] = []
+        self._wakeup = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str, **kwargs: Any) -> Store:
+        """Connect, create or migrate the schema, and start the group-commit writer."""
+        if url.startswith("sqlite"):
+            engine = create_async_engine(url, connect_args={"timeout": 30})
+        else:
+            engine = create_async_engine(url, pool_pre_ping=True)
+        store = cls(engine, **kwargs)
+        await store._migrate()
+        store._writer = asyncio.create_task(store._write_loop())
+        log.info("store opened", url=sanitized_url(url))
+        return store
+
+    async def _migrate(self) -> None:
+        async with self._engine.begin() as conn:
+            if self._dialect == "sqlite":
+                await conn.execute(text("PRAGMA journal_mode=WAL"))
+            await conn.run_sync(metadata.create_all)
+            await conn.execute(
+                text("CREATE TABLE IF NOT EXISTS ragmon_schema (version INTEGER NOT NULL)")
+            )
+            current = (await conn.execute(text("SELECT max(version) FROM ragmon_schema"))).scalar()
+            version = int(current or 0)
+            for number, statements in enumerate(MIGRATIONS, start=1):
+                if number <= version:
+                    continue
+                for statement in statements:
+                    await conn.execute(text(statement))
+                await conn.execute(
+                    text("INSERT INTO ragmon_schema (version) VALUES (:v)"), {"v": number}
+                )
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wakeup.set()
+        if self._writer is not None:
+            await self._writer
+        await self._engine.dispose()
+
+    # ----------------------------------------------------------------------------- results
+
+    async def save(
+        self, result: EvaluationResult, query: str | None = None, answer: str | None = None
+    ) -> None:
+        """Upsert one result; returns once it is committed."""
+        if self._closed:
+            raise StoreError("store is closed")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(_result_row(result, query, answer), done))
+        if len(self._queue) >= self._batch_size:
+            self._wakeup.set()
+        await done
+
+    async def _write_loop(self) -> None:
+        while True:
+            if not self._queue:
+                if self._closed:
+                    return
+                self._wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), self._flush_seconds)
+                continue
+            batch, self._queue = self._queue[: self._batch_size], self._queue[self._batch_size :]
+            try:
+                async with self._engine.begin() as conn:
+                    await self._upsert(conn, [p.row for p in batch])
+            except Exception as exc:
+                log.warning("store write failed", error=f"{type(exc).__name__}: {exc}"[:500])
+                for pending in batch:
+                    if not pending.done.done():
+                        pending.done.set_exception(StoreError(f"store write failed: {exc}"))
+                await asyncio.sleep(0.5)
+                continue
+            for pending in batch:
+                if not pending.done.done():
+                    pending.done.set_result(None)
+            if not self._queue:
+                await asyncio.sleep(self._flush_seconds)
+
+    async def _upsert(self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+        # The same key twice in one statement is an error on PostgreSQL: keep the last.
+        unique = list({(r["trace_id"], r["evaluator"]): r for r in rows}.values())
+        insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
+        stmt = insert(results_table).values(unique)
+        updated = {
+            c.name: stmt.excluded[c.name]
+            for c in results_table.columns
+            if c.name not in ("trace_id", "evaluator")
+        }
+        await conn.execute(
+            stmt.on_conflict_do_update(index_elements=["trace_id", "evaluator"], set_=updated)
+        )
+
+    async def get_result(self, trace_id: str, evaluator: str) -> EvaluationResult | None:
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(results_table.c.result).where(
+                        results_table.c.trace_id == trace_id,
+                        results_table.c.evaluator == evaluator,
+                    )
+                )
+            ).first()
+        return EvaluationResult.model_validate_json(row[0]) if row else None
+
+    async def count_results(self) -> int:
+        async with self._engine.connect() as conn:
+            return int(
+                (await conn.execute(text("SELECT count(*) FROM evaluation_results"))).scalar() or 0
+            )
+
+    async def worst(
+        self,
+        since: datetime,
+        metric: str = "faithfulness",
+        agent: str | None = None,
+        limit: int = 20,
+    ) -> list[tuple[EvaluationResult, str | None, str | None]]:
+        """The lowest-scoring results since a time: (result, query, answer) worst first."""
+        if metric not in ("faithfulness", "answer_relevancy", "context_precision"):
+            raise ValueError(f"unknown metric {metric!r}")
+        column = results_table.c[metric]
+        query = (
+            select(results_table.c.result, results_table.c.query, results_table.c.answer)
+            .where(results_table.c.timestamp >= since, column.is_not(None))
+            .order_by(column.asc(), results_table.c.timestamp.desc())
+            .limit(limit)
+        )
+        if agent is not None:
+            query = query.where(results_table.c.agent == agent)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [(EvaluationResult.model_validate_json(r[0]), r[1], r[2]) for r in rows]
+
+    # ---------------------------------------------------------------- generic keyed documents
+
+    async def upsert_rows(self, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert or replace rows of one of the store's tables by primary key."""
+        if not rows:
+            return
+        keys = [c.name for c in table.primary_key.columns]
+        unique = list({tuple(r[k] for k in keys): r for r in rows}.values())
+        insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
+        stmt = insert(table).values(unique)
+        updated = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updated))
+
+    async def select_rows(self, table: Table, **equals: Any) -> list[dict[str, Any]]:
+        query = select(table)
+        for name, value in equals.items():
+            column = table.c[name]
+            query = query.where(
+                column.in_(value) if isinstance(value, list | set) else column == value
+            )
+        async with self._engine.connect() as conn:
+            return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+    async def delete_rows(self, table: Table, **equals: Any) -> None:
+        stmt = table.delete()
+        for name, value in equals.items():
+            stmt = stmt.where(table.c[name] == value)
+        async with self._engine.begin() as conn:
+            await conn.execute(stmt)
+
+
+def _clip(value: str | None) -> str | None:
+    return value[:MAX_TEXT_CHARS] if value is not None else None
+
+
+def _result_row(result: EvaluationResult, query: str | None, answer: str | None) -> dict[str, Any]:
+    def score(name: str) -> float | None:
+        entry = result.scores.get(name)
+        return entry.value if entry is not None else None
+
+    return {
+        "trace_id": result.trace_id,
+        "evaluator": result.evaluator,
+        "conversation_id": result.conversation_id,
+        "turn": result.turn,
+        "agent": result.agent,
+        "timestamp": result.timestamp,
+        "faithfulness": score("faithfulness"),
+        "answer_relevancy": score("answer_relevancy"),
+        "context_precision": score("context_precision"),
+        "query": _clip(query),
+        "answer": _clip(answer),
+        "result": result.model_dump_json(),
+    }
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
