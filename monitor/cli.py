@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--output", required=True, type=Path, help="results, one JSON a line")
     score.add_argument("--evaluator", choices=["heuristic", "llm", "ragas"], default="heuristic")
     score.add_argument("--config", type=Path, help="YAML configuration file")
+
+    agents = sub.add_parser("agents", help="compare agents' multi-turn quality (H_u, D_r, memory)")
+    agents.add_argument("--since", default="24h", help="24h, 90m, 7d or an ISO time")
+    agents.add_argument("--baseline", help="agent the others are tested against")
+    agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    agents.add_argument("--config", type=Path, help="YAML configuration file")
     return parser
 
 
@@ -79,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         return _run(args.config, args.source)
+    if args.command == "agents":
+        return _agents(args.config, args.since, args.baseline, args.json)
     if args.command == "score":
         return _score(args.config, args.input, args.output, args.evaluator)
     raise AssertionError(args.command)
@@ -129,7 +137,9 @@ async def _score_traces(
     if evaluator != "heuristic":
         raise SystemExit(f"rag-monitor: evaluator {evaluator!r} is not available yet")
     async with AsyncExitStack() as stack:
-        processor, _ = await build_scoring_stage(settings, Metrics(), stack, None)
+        stage = await build_scoring_stage(settings, Metrics(), stack, None)
+        processor = stage.processor
+        stack.push_async_callback(stage.tracker.flush)
         with output.open("w", encoding="utf-8") as out:
 
             async def write(trace: Trace, result: EvaluationResult) -> None:
@@ -140,6 +150,37 @@ async def _score_traces(
             processor.observers.append(write)
             for trace in sorted(traces, key=lambda t: (t.conversation_id or "", t.turn or 0)):
                 await processor.process(trace)
+
+
+def _agents(config: Path | None, since_text: str, baseline: str | None, as_json: bool) -> int:
+    from monitor.agents_report import compare, parse_since, records_from_rows, render_table
+    from monitor.multiturn import summarize_agents
+    from monitor.store import Store, turns_since
+
+    settings = _load(config)
+    try:
+        since = parse_since(since_text)
+    except ValueError as exc:
+        print(f"rag-monitor: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    async def load() -> list[dict[str, object]]:
+        store = await Store.open(settings.store.url.get_secret_value())
+        try:
+            return await turns_since(store, since)
+        finally:
+            await store.close()
+
+    configure_logging(settings.log.format, "warning")
+    summaries = summarize_agents(records_from_rows(asyncio.run(load())))
+    if baseline is not None and baseline not in summaries:
+        print(
+            f"rag-monitor: no turns of baseline agent {baseline!r} since {since}", file=sys.stderr
+        )
+        return EXIT_CONFIG
+    report = compare(summaries, baseline)
+    print(json.dumps(report, indent=2, ensure_ascii=False) if as_json else render_table(report))
+    return 0
 
 
 async def _serve(daemon: object) -> int:

@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.exceptions import SettingsError
 
+from monitor.conversation import ConversationConfig
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.sampler import SamplingConfig
 
@@ -171,6 +172,7 @@ class Settings(BaseSettings):
     results: ResultsConfig = Field(default_factory=ResultsConfig)
     redact: RedactionSinksConfig = Field(default_factory=RedactionSinksConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    conversations: ConversationConfig = Field(default_factory=ConversationConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import structlog
+from aiokafka.structs import TopicPartition
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
 from monitor.config import Settings
+from monitor.conversation import ConversationMetrics, ConversationTracker
 from monitor.evaluate.heuristic import HeuristicEvaluator
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.sampler import Sampler
@@ -34,6 +36,8 @@ from monitor.store import Store
 from monitor.telemetry import build_tracer
 
 log = structlog.get_logger(__name__)
+
+MAINTENANCE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -68,11 +72,13 @@ class Daemon:
         self._processor_override = processor
         self.processor: TraceProcessor = processor or RecordingProcessor()
         self.store: Store | None = None
+        self.conversations: ConversationTracker | None = None
         self.metrics = Metrics(registry, max_agents=settings.metrics.max_agents)
         self.tracker = OffsetTracker()
         self._dead_letters_override = dead_letters
         self._stop = asyncio.Event()
         self._heartbeat = time.monotonic()
+        self._last_maintenance = time.monotonic()
         self._kafka: KafkaSource | None = None
         self._file_running = False
         self.http: HttpServer | None = None
@@ -119,7 +125,9 @@ class Daemon:
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
                 ingest = self._ingest(dead_letters, tracer)
                 return await self._run_file(ingest)
-            kafka = KafkaSource(self.settings.kafka, self.tracker, self.metrics)
+            kafka = KafkaSource(
+                self.settings.kafka, self.tracker, self.metrics, on_revoking=self._on_revoking
+            )
             self.processor = await self._processor(stack, producer_kwargs=kafka.producer_kwargs())
             if self._dead_letters_override is not None:
                 dead_letters = self._dead_letters_override
@@ -145,10 +153,23 @@ class Daemon:
         """The given processing stage, or the scoring stage with its sinks."""
         if self._processor_override is not None:
             return self._processor_override
-        processor, self.store = await build_scoring_stage(
-            self.settings, self.metrics, stack, producer_kwargs
-        )
-        return processor
+        stage = await build_scoring_stage(self.settings, self.metrics, stack, producer_kwargs)
+        self.store, self.conversations = stage.store, stage.tracker
+        stack.push_async_callback(stage.tracker.flush)
+        return stage.processor
+
+    async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
+        if self.conversations is not None:
+            await self.conversations.forget_all()
+
+    async def _maintain(self) -> None:
+        """Periodic upkeep of the consume loop: end idle conversations."""
+        now = time.monotonic()
+        if now - self._last_maintenance < MAINTENANCE_SECONDS:
+            return
+        self._last_maintenance = now
+        if self.conversations is not None:
+            await self.conversations.expire()
 
     def _ingest(self, dead_letters: DeadLetterSink, tracer: Tracer | None) -> Ingest:
         kafka = self.settings.kafka
@@ -176,6 +197,7 @@ class Daemon:
                 await ingest.handle_batch(messages)
             await ingest.tick()
             await kafka.commit_if_due()
+            await self._maintain()
         deadline = time.monotonic() + self.settings.shutdown.deadline_seconds
         finished = await ingest.drain(deadline)
         if not finished:
@@ -210,6 +232,13 @@ class Daemon:
         return 0
 
 
+@dataclass(frozen=True)
+class ScoringStage:
+    processor: ScoringProcessor
+    store: Store | None
+    tracker: ConversationTracker
+
+
 async def build_scoring_stage(
     settings: Settings,
     metrics: Metrics,
@@ -217,8 +246,7 @@ async def build_scoring_stage(
     producer_kwargs: dict[str, Any] | None,
     *,
     judge_everything: bool = False,
-    use_judge: bool = True,
-) -> tuple[ScoringProcessor, Store | None]:
+) -> ScoringStage:
     """Tier 0, the sampler, the judge when configured, and the store and results sinks.
 
     Everything opened is closed by `stack`. `judge_everything` (offline scoring) samples every
@@ -249,4 +277,10 @@ async def build_scoring_stage(
         store_redactor=redactor if settings.redact.store and redactor.enabled else None,
         results_redactor=redactor if settings.redact.results_topic and redactor.enabled else None,
     )
-    return processor, store
+    tracker = ConversationTracker(
+        settings.conversations,
+        ConversationMetrics(metrics.registry, metrics.agent_label),
+        store=store,
+    )
+    processor.observers.append(tracker.observe)
+    return ScoringStage(processor, store, tracker)

@@ -112,6 +112,7 @@ def sanitized_url(url: str) -> str:
 
 @dataclass
 class _Pending:
+    table: Table
     row: dict[str, Any]
     done: asyncio.Future[None]
 
@@ -172,10 +173,14 @@ class Store:
         self, result: EvaluationResult, query: str | None = None, answer: str | None = None
     ) -> None:
         """Upsert one result; returns once it is committed."""
+        await self.save_row(results_table, _result_row(result, query, answer))
+
+    async def save_row(self, table: Table, row: dict[str, Any]) -> None:
+        """Upsert one row by primary key through the group-commit writer."""
         if self._closed:
             raise StoreError("store is closed")
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(_result_row(result, query, answer), done))
+        self._queue.append(_Pending(table, row, done))
         if len(self._queue) >= self._batch_size:
             self._wakeup.set()
         await done
@@ -192,7 +197,13 @@ class Store:
             batch, self._queue = self._queue[: self._batch_size], self._queue[self._batch_size :]
             try:
                 async with self._engine.begin() as conn:
-                    await self._upsert(conn, [p.row for p in batch])
+                    by_table: dict[str, tuple[Table, list[dict[str, Any]]]] = {}
+                    for pending in batch:
+                        by_table.setdefault(pending.table.name, (pending.table, []))[1].append(
+                            pending.row
+                        )
+                    for table, rows in by_table.values():
+                        await self._upsert(conn, table, rows)
             except Exception as exc:
                 log.warning("store write failed", error=f"{type(exc).__name__}: {exc}"[:500])
                 for pending in batch:
@@ -206,19 +217,16 @@ class Store:
             if not self._queue:
                 await asyncio.sleep(self._flush_seconds)
 
-    async def _upsert(self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    async def _upsert(
+        self, conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]
+    ) -> None:
+        keys = [c.name for c in table.primary_key.columns]
         # The same key twice in one statement is an error on PostgreSQL: keep the last.
-        unique = list({(r["trace_id"], r["evaluator"]): r for r in rows}.values())
+        unique = list({tuple(r[k] for k in keys): r for r in rows}.values())
         insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
-        stmt = insert(results_table).values(unique)
-        updated = {
-            c.name: stmt.excluded[c.name]
-            for c in results_table.columns
-            if c.name not in ("trace_id", "evaluator")
-        }
-        await conn.execute(
-            stmt.on_conflict_do_update(index_elements=["trace_id", "evaluator"], set_=updated)
-        )
+        stmt = insert(table).values(unique)
+        updated = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
+        await conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updated))
 
     async def get_result(self, trace_id: str, evaluator: str) -> EvaluationResult | None:
         async with self._engine.connect() as conn:
@@ -264,16 +272,10 @@ class Store:
     # ---------------------------------------------------------------- generic keyed documents
 
     async def upsert_rows(self, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert or replace rows of one of the store's tables by primary key."""
-        if not rows:
-            return
-        keys = [c.name for c in table.primary_key.columns]
-        unique = list({tuple(r[k] for k in keys): r for r in rows}.values())
-        insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
-        stmt = insert(table).values(unique)
-        updated = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
-        async with self._engine.begin() as conn:
-            await conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updated))
+        """Insert or replace rows of one of the store's tables by primary key, at once."""
+        if rows:
+            async with self._engine.begin() as conn:
+                await self._upsert(conn, table, rows)
 
     async def select_rows(self, table: Table, **equals: Any) -> list[dict[str, Any]]:
         query = select(table)
@@ -320,3 +322,10 @@ def _result_row(result: EvaluationResult, query: str | None, answer: str | None)
 
 def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+async def turns_since(store: Store, since: datetime) -> list[dict[str, Any]]:
+    """Stored conversation turns with a timestamp at or after `since`."""
+    query = select(turns_table).where(turns_table.c.timestamp >= since)
+    async with store._engine.connect() as conn:
+        return [dict(r._mapping) for r in (await conn.execute(query)).all()]

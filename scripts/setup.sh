@@ -9,8 +9,8 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo_root}"
 
-# Java 17 + Maven assemble and run the test broker.
-debian_packages=(openjdk-17-jre-headless maven)
+# Java 17 + Maven assemble and run the test broker; PostgreSQL backs the store tests.
+debian_packages=(openjdk-17-jre-headless maven postgresql)
 missing=()
 for pkg in "${debian_packages[@]}"; do
     dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q "install ok installed" \
@@ -28,4 +28,8 @@ fi
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 scripts/setup-kafka.sh
+scripts/setup-postgres.sh
+if [[ -x scripts/setup-ops.sh ]]; then
+    scripts/setup-ops.sh
+fi
 echo "setup: done"
