@@ -14,8 +14,8 @@ from typing import Any
 from monitor.evaluate.text import detect_language, split_sentences
 from monitor.models import Constraint, ConstraintVerdict
 
-_BULLET = re.compile(r"^\s*(?:[-*•・]|\d+[.)．])\s+", re.MULTILINE)
-_NUMBERED = re.compile(r"^\s*\d+[.)．]\s+", re.MULTILINE)
+_BULLET = re.compile(r"^\s*(?:[-*•・]|\d+[.)\uff0e])\s+", re.MULTILINE)
+_NUMBERED = re.compile(r"^\s*\d+[.)\uff0e]\s+", re.MULTILINE)
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$", re.MULTILINE)
 
 
