@@ -23,10 +23,10 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.daemon import Daemon, SourceSpec  # noqa: E402
-from monitor.models import Trace  # noqa: E402
-from tests.support.kafka_io import create_topics, produce  # noqa: E402
-from tests.support.traces import daemon_settings, native_trace  # noqa: E402
+from monitor.daemon import Daemon, SourceSpec
+from monitor.models import Trace
+from tests.support.kafka_io import create_topics, produce
+from tests.support.traces import daemon_settings, native_trace
 
 PARTITIONS = 6
 

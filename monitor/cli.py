@@ -134,10 +134,20 @@ async def _score_traces(
     from monitor.offline import Summary
 
     assert isinstance(summary, Summary)
-    if evaluator != "heuristic":
-        raise SystemExit(f"rag-monitor: evaluator {evaluator!r} is not available yet")
+    if evaluator == "ragas":
+        raise SystemExit("rag-monitor: the ragas evaluator is not available in this version")
+    if evaluator == "llm" and not settings.judge.active:
+        raise SystemExit(
+            "rag-monitor: --evaluator llm needs judge.base_url (RAGMON_JUDGE__BASE_URL)"
+        )
+    if evaluator == "heuristic":
+        settings = settings.model_copy(
+            update={"judge": settings.judge.model_copy(update={"enabled": False, "base_url": None})}
+        )
     async with AsyncExitStack() as stack:
-        stage = await build_scoring_stage(settings, Metrics(), stack, None)
+        stage = await build_scoring_stage(
+            settings, Metrics(), stack, None, judge_everything=evaluator == "llm"
+        )
         processor = stage.processor
         stack.push_async_callback(stage.tracker.flush)
         with output.open("w", encoding="utf-8") as out:

@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 from monitor.config import Settings
 from monitor.conversation import ConversationMetrics, ConversationTracker
 from monitor.evaluate.heuristic import HeuristicEvaluator
+from monitor.evaluate.judge_metrics import JudgeMetrics
+from monitor.evaluate.llm import LLMJudge
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.sampler import Sampler
 from monitor.export.http import HttpServer, Probes, build_app
@@ -268,10 +270,16 @@ async def build_scoring_stage(
         metrics.registry, metrics.agent_label, settings.scoring.rolling_window_seconds
     )
     redactor = Redactor(settings.judge.redaction)
+    judge = None
+    if settings.judge.active:
+        judge = LLMJudge(settings.judge, JudgeMetrics(metrics.registry))
+        stack.push_async_callback(judge.aclose)
     processor = ScoringProcessor(
         tier0=HeuristicEvaluator(must_not_contain=settings.scoring.must_not_contain),
         metrics=scoring_metrics,
         sampler=Sampler(sampling),
+        judge=judge,
+        judge_concurrency=settings.judge.max_concurrency,
         store=store,
         publisher=publisher,
         store_redactor=redactor if settings.redact.store and redactor.enabled else None,
@@ -281,6 +289,7 @@ async def build_scoring_stage(
         settings.conversations,
         ConversationMetrics(metrics.registry, metrics.agent_label),
         store=store,
+        judge=judge,
     )
     processor.observers.append(tracker.observe)
     return ScoringStage(processor, store, tracker)

@@ -53,6 +53,7 @@ T = TypeVar("T")
 FailureReason = Literal["judge_timeout", "malformed_output", "judge_error", "circuit_open"]
 ResponseMode = Literal["json_schema", "json_object"]
 NO_KEY = "EMPTY"  # sent when no api_key is configured (vLLM / Ollama ignore it)
+OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 
 class CallFailure(Exception):
@@ -115,6 +116,10 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
         return None
 
 
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
 def _parse_json(content: str) -> object:
     """The reply as JSON; tolerates a Markdown code fence around it (small local models)."""
     text = content.strip()
@@ -172,7 +177,7 @@ class JudgeClient:
                 max_retries=0,
             )
         return openai.AsyncOpenAI(
-            base_url=cfg.base_url,
+            base_url=cfg.base_url or OPENAI_BASE_URL,  # never the environment's OPENAI_BASE_URL
             api_key=key,
             default_headers=headers,
             timeout=timeout,
@@ -208,11 +213,11 @@ class JudgeClient:
             )
 
     def _account(self, response: ChatCompletion, tally: TokenTally) -> None:
-        usage = response.usage
+        usage = getattr(response, "usage", None)  # some servers send none
         if usage is None:
             return
-        tin = max(0, usage.prompt_tokens or 0)
-        tout = max(0, usage.completion_tokens or 0)
+        tin = _count(getattr(usage, "prompt_tokens", None))
+        tout = _count(getattr(usage, "completion_tokens", None))
         tally.input_tokens += tin
         tally.output_tokens += tout
         tally.reported = True
@@ -358,13 +363,15 @@ class JudgeClient:
 
     @staticmethod
     def _parse(response: ChatCompletion, parse: Callable[[object], T]) -> T:
-        if not response.choices:
+        # The client does not validate responses: a non-conforming server can leave fields out.
+        choices = getattr(response, "choices", None)
+        if not choices:
             raise MalformedOutput("the reply has no choices")
-        choice = response.choices[0]
-        if choice.finish_reason == "length":
+        choice = choices[0]
+        if getattr(choice, "finish_reason", None) == "length":
             raise MalformedOutput("the reply was truncated (finish_reason=length)")
-        content = choice.message.content
-        if not content or not content.strip():
+        content = getattr(getattr(choice, "message", None), "content", None)
+        if not isinstance(content, str) or not content.strip():
             raise MalformedOutput("the reply is empty")
         return parse(_parse_json(content))
 

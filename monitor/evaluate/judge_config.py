@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -82,6 +82,14 @@ class JudgeConfig(_Section):
         if not value.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://")
         return value
+
+    @model_validator(mode="after")
+    def _check_azure(self) -> JudgeConfig:
+        if self.azure_api_version and not self.base_url:
+            raise ValueError(
+                "azure_api_version needs base_url (the Azure OpenAI resource endpoint)"
+            )
+        return self
 
     @property
     def active(self) -> bool:

@@ -144,7 +144,8 @@ class LLMJudge:
 
     @property
     def circuit_open(self) -> bool:
-        return self._client.circuit.state != "closed"
+        """True while a call now would be refused; False once a recovery probe may go."""
+        return self._client.circuit.blocked()
 
     async def aclose(self) -> None:
         await self._client.aclose()
