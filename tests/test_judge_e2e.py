@@ -1,4 +1,4 @@
-"""The daemon with the LLM judge: real broker, real openai client, scripted chat-completions server."""
+"""The daemon with the LLM judge: real broker, real openai client, scripted chat server."""
 
 from __future__ import annotations
 
