@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--evaluator", choices=["heuristic", "llm", "ragas"], default="heuristic")
     score.add_argument("--config", type=Path, help="YAML configuration file")
 
+    demo = sub.add_parser(
+        "demo", help="run everything locally: broker, RAG service, traffic, daemon"
+    )
+    demo.add_argument("--port", type=int, default=9820, help="the daemon's HTTP port (0: any)")
+    demo.add_argument("--rate", type=float, default=4.0, help="demo traces per second")
+    demo.add_argument("--duration", type=float, help="stop after this many seconds")
+
     agents = sub.add_parser("agents", help="compare agents' multi-turn quality (H_u, D_r, memory)")
     agents.add_argument("--since", default="24h", help="24h, 90m, 7d or an ISO time")
     agents.add_argument("--baseline", help="agent the others are tested against")
@@ -85,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         return _run(args.config, args.source)
+    if args.command == "demo":
+        return _demo(args.port, args.rate, args.duration)
     if args.command == "agents":
         return _agents(args.config, args.since, args.baseline, args.json)
     if args.command == "score":
@@ -191,6 +200,39 @@ def _agents(config: Path | None, since_text: str, baseline: str | None, as_json:
     report = compare(summaries, baseline)
     print(json.dumps(report, indent=2, ensure_ascii=False) if as_json else render_table(report))
     return 0
+
+
+def _demo(port: int, rate: float, duration: float | None) -> int:
+    from monitor.demo.run import DemoError, run_demo
+
+    settings = _load(None)
+    configure_logging("console" if sys.stderr.isatty() else settings.log.format, "warning")
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        if duration is not None:
+            loop.call_later(duration, stop.set)
+
+        def banner(urls: dict[str, str]) -> None:
+            width = max(len(k) for k in urls)
+            print("rag-monitor demo is running (Ctrl-C stops everything):")
+            for name, url in urls.items():
+                print(f"  {name:<{width}}  {url}")
+            print(f"  try: RAGMON_STORE__URL={urls['store']} rag-monitor review --since 1h")
+            print("  note: the embedded broker (Tansu) under-reports its high watermark,")
+            print("        so consumer lag reads low here; it is exact on Apache Kafka.")
+            sys.stdout.flush()
+
+        return await run_demo(settings, stop, http_port=port, rate=rate, on_ready=banner)
+
+    try:
+        return asyncio.run(main())
+    except DemoError as exc:
+        print(f"rag-monitor: {exc}", file=sys.stderr)
+        return EXIT_STARTUP
 
 
 async def _serve(daemon: object) -> int:

@@ -31,7 +31,7 @@ from monitor.scoring import ScoringProcessor
 from monitor.source.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.source.file import read_lines
 from monitor.source.ingest import Ingest
-from monitor.source.kafka import KafkaSource
+from monitor.source.kafka import KafkaSource, producer_kwargs
 from monitor.source.offsets import OffsetTracker
 from monitor.stage import RecordingProcessor, TraceProcessor
 from monitor.store import Store
@@ -127,21 +127,22 @@ class Daemon:
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
                 ingest = self._ingest(dead_letters, tracer)
                 return await self._run_file(ingest)
-            kafka = KafkaSource(
-                self.settings.kafka, self.tracker, self.metrics, on_revoking=self._on_revoking
-            )
-            self.processor = await self._processor(stack, producer_kwargs=kafka.producer_kwargs())
+            kafka_kwargs = producer_kwargs(self.settings.kafka)
+            self.processor = await self._processor(stack, producer_kwargs=kafka_kwargs)
             if self._dead_letters_override is not None:
                 dead_letters = self._dead_letters_override
             else:
-                producer = KafkaDeadLetters(self.settings.kafka.dlq_topic, kafka.producer_kwargs())
+                producer = KafkaDeadLetters(self.settings.kafka.dlq_topic, kafka_kwargs)
                 await producer.start()
                 stack.push_async_callback(producer.stop)
                 dead_letters = producer
             ingest = self._ingest(dead_letters, tracer)
-            await kafka.start()
+            kafka = KafkaSource(
+                self.settings.kafka, self.tracker, self.metrics, on_revoking=self._on_revoking
+            )
             self._kafka = kafka
             try:
+                await kafka.start()
                 return await self._run_kafka(kafka, ingest)
             finally:
                 self._kafka = None

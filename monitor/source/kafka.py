@@ -22,6 +22,15 @@ log = structlog.get_logger(__name__)
 REVOKE_WAIT_SECONDS = 5.0
 
 
+def producer_kwargs(config: KafkaConfig) -> dict[str, Any]:
+    """Connection settings for producers that talk to the same cluster (dead letters, results)."""
+    return {
+        "bootstrap_servers": config.bootstrap_servers,
+        "client_id": f"{config.client_id}-producer",
+        **aiokafka_security_kwargs(config),
+    }
+
+
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, source: KafkaSource) -> None:
         self._source = source
@@ -67,12 +76,7 @@ class KafkaSource:
         self._lag_labels: set[tuple[str, str]] = set()
 
     def producer_kwargs(self) -> dict[str, Any]:
-        """Connection settings for producers that talk to the same cluster (dead letters)."""
-        return {
-            "bootstrap_servers": self._config.bootstrap_servers,
-            "client_id": f"{self._config.client_id}-producer",
-            **aiokafka_security_kwargs(self._config),
-        }
+        return producer_kwargs(self._config)
 
     async def start(self) -> None:
         self._consumer.subscribe(topics=self._config.topics, listener=_Rebalance(self))

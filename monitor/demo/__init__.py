@@ -1,0 +1,1 @@
+"""`rag-monitor demo`: everything on one machine, no external services."""
