@@ -207,6 +207,7 @@ def _demo(port: int, rate: float, duration: float | None) -> int:
 
     settings = _load(None)
     configure_logging("console" if sys.stderr.isatty() else settings.log.format, "warning")
+    database = Path("ragmon-demo.db").resolve()
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -226,7 +227,9 @@ def _demo(port: int, rate: float, duration: float | None) -> int:
             print("        so consumer lag reads low here; it is exact on Apache Kafka.")
             sys.stdout.flush()
 
-        return await run_demo(settings, stop, http_port=port, rate=rate, on_ready=banner)
+        return await run_demo(
+            settings, stop, http_port=port, rate=rate, database=database, on_ready=banner
+        )
 
     try:
         return asyncio.run(main())

@@ -117,7 +117,10 @@ async def start_service(stack: AsyncExitStack, service: RagService) -> str:
 
 
 def demo_settings(base: Settings, bootstrap: str, http_port: int, database: Path) -> Settings:
-    """The user's settings (environment, e.g. the judge) with the demo's wiring on top."""
+    """The user's settings (environment, e.g. the judge) with the demo's wiring on top.
+
+    `database` is an absolute path (the SQLite URL needs one).
+    """
     kafka = base.kafka.model_copy(
         update={
             "bootstrap_servers": bootstrap,
@@ -169,7 +172,7 @@ async def run_demo(
     *,
     http_port: int = 9820,
     rate: float = 4.0,
-    database: Path = Path("ragmon-demo.db"),
+    database: Path,
     on_ready: Callable[[dict[str, str]], Awaitable[None] | None] | None = None,
 ) -> int:
     for suffix in ("", "-wal", "-shm"):
@@ -179,12 +182,13 @@ async def run_demo(
     async with AsyncExitStack() as stack:
         bootstrap = await start_tansu(stack)
         service_url = await start_service(stack, service)
-        settings = demo_settings(base, bootstrap, http_port, database.resolve())
+        settings = demo_settings(base, bootstrap, http_port, database)
         daemon = Daemon(settings, SourceSpec("kafka"))
         daemon_task = asyncio.create_task(daemon.run())
         traffic = asyncio.create_task(produce_traffic(bootstrap, service, rate, stop))
-        while not daemon.started.is_set() and not daemon_task.done():
-            await asyncio.sleep(0.1)
+        started = asyncio.create_task(daemon.started.wait())
+        await asyncio.wait({started, daemon_task}, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
         if daemon_task.done():
             return daemon_task.result()
         assert daemon.http is not None
@@ -195,7 +199,7 @@ async def run_demo(
             "health": f"{base_url}/healthz",
             "rag_service": service_url,
             "kafka": bootstrap,
-            "store": f"sqlite+aiosqlite:///{database.resolve()}",
+            "store": f"sqlite+aiosqlite:///{database}",
             "judge": "on" if settings.judge.active else "off (set RAGMON_JUDGE__BASE_URL)",
         }
         if on_ready is not None:
