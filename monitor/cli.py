@@ -16,6 +16,8 @@ import yaml
 
 from monitor import __version__
 from monitor.config import ConfigError, Settings, load_settings, masked_dump
+from monitor.golden.cli import dispatch as dispatch_golden
+from monitor.golden.cli import register as register_golden
 from monitor.logs import configure_logging
 from monitor.models import Trace
 from monitor.source.topics import MissingTopicError
@@ -58,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--evaluator", choices=["heuristic", "llm", "ragas"], default="heuristic")
     score.add_argument("--config", type=Path, help="YAML configuration file")
 
+    register_golden(sub)
+
     demo = sub.add_parser(
         "demo", help="run everything locally: broker, RAG service, traffic, daemon"
     )
@@ -92,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         return _run(args.config, args.source)
+    if args.command == "golden":
+        return dispatch_golden(args, _load)
     if args.command == "demo":
         return _demo(args.port, args.rate, args.duration)
     if args.command == "agents":
@@ -111,7 +117,7 @@ def _run(config: Path | None, source_text: str) -> int:
         print(f"rag-monitor: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     configure_logging(settings.log.format, settings.log.level)
-    daemon = Daemon(settings, source)
+    daemon = Daemon(settings, source, config_dir=config.parent if config is not None else None)
     try:
         return asyncio.run(_serve(daemon))
     except MissingTopicError as exc:

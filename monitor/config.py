@@ -23,6 +23,7 @@ from pydantic_settings.exceptions import SettingsError
 from monitor.conversation import ConversationConfig
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.sampler import SamplingConfig
+from monitor.golden.config import GoldenConfig
 
 ENV_PREFIX = "RAGMON_"
 ENV_NESTED_DELIMITER = "__"
@@ -173,6 +174,7 @@ class Settings(BaseSettings):
     redact: RedactionSinksConfig = Field(default_factory=RedactionSinksConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     conversations: ConversationConfig = Field(default_factory=ConversationConfig)
+    golden: GoldenConfig = Field(default_factory=GoldenConfig)
 
     @classmethod
     def settings_customise_sources(

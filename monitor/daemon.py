@@ -9,6 +9,7 @@ import asyncio
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -27,6 +28,8 @@ from monitor.export.http import HttpServer, Probes, build_app
 from monitor.export.metrics import Metrics
 from monitor.export.results import ResultsPublisher
 from monitor.export.scoring_metrics import ScoringMetrics
+from monitor.golden.metrics import GoldenMetrics
+from monitor.golden.schedule import GoldenScheduler
 from monitor.scoring import ScoringProcessor
 from monitor.source.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.source.file import read_lines
@@ -34,7 +37,7 @@ from monitor.source.ingest import Ingest
 from monitor.source.kafka import KafkaSource, producer_kwargs
 from monitor.source.offsets import OffsetTracker
 from monitor.stage import RecordingProcessor, TraceProcessor
-from monitor.store import Store
+from monitor.store import Store, StoreGoldenSink
 from monitor.telemetry import build_tracer
 
 log = structlog.get_logger(__name__)
@@ -68,6 +71,7 @@ class Daemon:
         processor: TraceProcessor | None = None,
         registry: CollectorRegistry | None = None,
         dead_letters: DeadLetterSink | None = None,
+        config_dir: Path | None = None,
     ) -> None:
         self.settings = settings
         self.source_spec = source
@@ -75,6 +79,8 @@ class Daemon:
         self.processor: TraceProcessor = processor or RecordingProcessor()
         self.store: Store | None = None
         self.conversations: ConversationTracker | None = None
+        self.golden: GoldenScheduler | None = None
+        self._config_dir = config_dir
         self.metrics = Metrics(registry, max_agents=settings.metrics.max_agents)
         self.tracker = OffsetTracker()
         self._dead_letters_override = dead_letters
@@ -113,7 +119,8 @@ class Daemon:
         tracer, provider = build_tracer(self.settings.telemetry)
         async with AsyncExitStack() as stack:
             if provider is not None:
-                stack.callback(provider.shutdown)
+                # Flushing exports over HTTP; off the event loop so nothing stalls meanwhile.
+                stack.push_async_callback(asyncio.to_thread, provider.shutdown)
             self.http = HttpServer(
                 build_app(self.metrics.registry, Probes(self._healthy, self._ready)),
                 self.settings.http.host,
@@ -159,6 +166,14 @@ class Daemon:
         stage = await build_scoring_stage(self.settings, self.metrics, stack, producer_kwargs)
         self.store, self.conversations = stage.store, stage.tracker
         stack.push_async_callback(stage.tracker.flush)
+        if self.settings.golden.suites:
+            self.golden = GoldenScheduler(
+                self.settings.golden,
+                metrics=GoldenMetrics(self.metrics.registry),
+                sink=StoreGoldenSink(stage.store) if stage.store is not None else None,
+                base_dir=self._config_dir,
+            )
+            await stack.enter_async_context(self.golden)
         return stage.processor
 
     async def _on_revoking(self, revoked: set[TopicPartition]) -> None:

@@ -329,3 +329,25 @@ async def turns_since(store: Store, since: datetime) -> list[dict[str, Any]]:
     query = select(turns_table).where(turns_table.c.timestamp >= since)
     async with store._engine.connect() as conn:
         return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+
+class StoreGoldenSink:
+    """Keeps each golden-suite run as a row of `golden_runs` (the scheduler's sink)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def save(self, run_result: Any) -> None:
+        await self._store.upsert_rows(
+            golden_runs_table,
+            [
+                {
+                    "run_id": f"{run_result.suite}-{run_result.started_at.isoformat()}",
+                    "suite": run_result.suite,
+                    "started_at": run_result.started_at,
+                    "finished_at": run_result.finished_at,
+                    "outcome": run_result.outcome,
+                    "result": run_result.model_dump_json(),
+                }
+            ],
+        )

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from importlib import resources
 from pathlib import Path
 
 import structlog
@@ -28,6 +29,7 @@ from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
 from monitor.demo.service import RagService
 from monitor.demo.traffic import TrafficGenerator
+from monitor.golden.config import GoldenConfig
 
 log = structlog.get_logger(__name__)
 
@@ -116,7 +118,44 @@ async def start_service(stack: AsyncExitStack, service: RagService) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def demo_settings(base: Settings, bootstrap: str, http_port: int, database: Path) -> Settings:
+def demo_golden(service_url: str, interval_seconds: float) -> GoldenConfig:
+    """A retrieval suite over the demo service: modes A, B (better) and E (deliberately worse)."""
+    dataset = resources.files("monitor.demo").joinpath("golden.yaml")
+    return GoldenConfig.model_validate(
+        {
+            "suites": [
+                {
+                    "name": "demo-search",
+                    "kind": "retrieval",
+                    "dataset": str(dataset),
+                    "service": {
+                        "url": f"{service_url}/search",
+                        "request_template": {"query": "{{query}}", "mode": "{{mode}}", "top_k": 10},
+                        "response": {"doc_ids": "results[*].id"},
+                        "timeout_seconds": 5,
+                    },
+                    "modes": {
+                        "A": {"description": "BM25 on text", "params": {"mode": "A"}},
+                        "B": {"description": "BM25 on title and text", "params": {"mode": "B"}},
+                        "E": {"description": "deliberately worse", "params": {"mode": "E"}},
+                    },
+                    "baseline_mode": "A",
+                    "gate_modes": ["B"],
+                    "cutoffs": [5, 10],
+                    "schedule": {"interval_seconds": interval_seconds, "run_on_start": True},
+                }
+            ],
+        }
+    )
+
+
+def demo_settings(
+    base: Settings,
+    bootstrap: str,
+    http_port: int,
+    database: Path,
+    golden: GoldenConfig | None = None,
+) -> Settings:
     """The user's settings (environment, e.g. the judge) with the demo's wiring on top.
 
     `database` is an absolute path (the SQLite URL needs one).
@@ -144,6 +183,7 @@ def demo_settings(base: Settings, bootstrap: str, http_port: int, database: Path
             "results": base.results.model_copy(update={"topic": TOPICS[2]}),
             "sampling": base.sampling.model_copy(update={"rate": max(base.sampling.rate, 0.3)}),
             "conversations": base.conversations.model_copy(update={"idle_seconds": 60.0}),
+            "golden": golden if golden is not None else base.golden,
         }
     )
 
@@ -173,6 +213,7 @@ async def run_demo(
     http_port: int = 9820,
     rate: float = 4.0,
     database: Path,
+    golden_interval_seconds: float = 60.0,
     on_ready: Callable[[dict[str, str]], Awaitable[None] | None] | None = None,
 ) -> int:
     for suffix in ("", "-wal", "-shm"):
@@ -182,7 +223,9 @@ async def run_demo(
     async with AsyncExitStack() as stack:
         bootstrap = await start_tansu(stack)
         service_url = await start_service(stack, service)
-        settings = demo_settings(base, bootstrap, http_port, database)
+        settings = demo_settings(
+            base, bootstrap, http_port, database, demo_golden(service_url, golden_interval_seconds)
+        )
         daemon = Daemon(settings, SourceSpec("kafka"))
         daemon_task = asyncio.create_task(daemon.run())
         traffic = asyncio.create_task(produce_traffic(bootstrap, service, rate, stop))

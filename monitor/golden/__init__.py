@@ -1,13 +1,36 @@
-"""Golden-set retrieval evaluation.
+"""Golden-set evaluation of retrieval and answers.
+
+Measures (pure functions, no I/O):
 
 - :mod:`monitor.golden.ranking` -- per-query ranking metrics (reciprocal rank, precision,
   recall, success, nDCG), coverage, latency percentiles and their aggregation over queries
-  and groups of queries. Pure functions, no I/O.
-- :mod:`monitor.golden.trec` -- loaders for TREC qrels and run files, and the two ways of
-  turning a run's lines into a ranked list (trec_eval's and the stored order).
+  and groups of queries.
 - :mod:`monitor.golden.stats` -- paired comparisons of two systems (paired t-test, Cohen's d,
   paired bootstrap CI), Pearson correlation and inter-annotator agreement (Cohen's kappa,
-  quadratic-weighted kappa). Pure functions, no I/O.
+  quadratic-weighted kappa).
+- :mod:`monitor.golden.answers` -- answer checks of generation suites (must_not_contain,
+  expected topics, no-context admission, answer language) and the :class:`AnswerJudge` hook.
+- :mod:`monitor.golden.evaluation` -- observations to per-query, per-mode and between-mode
+  results; :mod:`monitor.golden.recommend` -- seed 000's tuning table.
+- :mod:`monitor.golden.measures`, :mod:`monitor.golden.jsonpath`,
+  :mod:`monitor.golden.template` -- measure names, response paths, request templates.
+
+Data and configuration:
+
+- :mod:`monitor.golden.trec` -- TREC qrels and run files.
+- :mod:`monitor.golden.dataset` -- retrieval (seed 000) and generation (seed 001) suites in
+  YAML/JSONL, annotator label files; errors name file, line and field.
+- :mod:`monitor.golden.config` -- ``GoldenConfig``, the daemon's ``golden:`` section.
+- :mod:`monitor.golden.results` -- the run result (serialised as the JSON beside the report).
+
+Running and output:
+
+- :mod:`monitor.golden.client` and :mod:`monitor.golden.runner` -- the HTTP runner (modes,
+  sweeps, concurrency, timeouts, retries, latency).
+- :mod:`monitor.golden.report` -- the markdown report (seed 000 section 7) and JSON result.
+- :mod:`monitor.golden.metrics` -- the ``ragmon_golden_*`` Prometheus metrics.
+- :mod:`monitor.golden.schedule` -- cron/interval runs inside the daemon (APScheduler).
+- :mod:`monitor.golden.cli` -- ``rag-monitor golden score|run|agreement|validate``.
 
 The formulas follow the retrieval-evaluation design (seed 000) and are cross-checked against
 NIST trec_eval's own fixtures and the published JQaRA figures.
