@@ -26,13 +26,13 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.conversation import (  # noqa: E402
+from monitor.conversation import (
     ConversationConfig,
     ConversationMetrics,
     ConversationTracker,
 )
-from monitor.export.metrics import AgentLabels  # noqa: E402
-from monitor.models import EvaluationResult, Score, StatementVerdict, Trace  # noqa: E402
+from monitor.export.metrics import AgentLabels
+from monitor.models import EvaluationResult, Score, StatementVerdict, Trace
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
 

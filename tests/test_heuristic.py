@@ -3,7 +3,6 @@ traces, properties (range, determinism), and its measured detection quality on t
 development data (bench/detect.py)."""
 
 # Japanese punctuation and full-width letters are the point of these inputs.
-# ruff: noqa: RUF001
 
 from __future__ import annotations
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time

@@ -1,7 +1,6 @@
 """Text primitives of the heuristic evaluator: sentences, tokens, language, entities (EN + JA)."""
 
 # Japanese punctuation and full-width letters are the point of these inputs.
-# ruff: noqa: RUF001
 
 from __future__ import annotations
 

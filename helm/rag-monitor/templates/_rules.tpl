@@ -1,0 +1,371 @@
+{{/*
+Prometheus recording and alerting rules, as lists of rule groups.
+
+The PrometheusRule template includes both; rules/render.py renders them with the default values
+into rules/recording.yaml and rules/alerts.yaml (promtool checks and unit-tests those files, and
+a test asserts they equal this template's output). Only metrics from the README's tables are used.
+Means are sum(rate(x_sum)) / sum(rate(x_count)), exact across replicas.
+
+Prometheus's own {{ $labels }} / {{ $value }} templates are escaped as {{`{{ ... }}`}} here.
+*/}}
+
+{{- define "rag-monitor.rules.recording" -}}
+- name: ragmon-recording-quality
+  rules:
+{{- range $window := list "5m" "1h" "6h" }}
+    - record: agent:ragmon_evaluation_score_ratio:mean{{ $window }}
+      expr: |-
+        sum by (agent, metric, evaluator) (rate(ragmon_evaluation_score_ratio_sum[{{ $window }}]))
+        /
+        (sum by (agent, metric, evaluator) (rate(ragmon_evaluation_score_ratio_count[{{ $window }}])) > 0)
+{{- end }}
+{{- range $window := list "1h" "6h" }}
+    - record: agent:ragmon_evaluation_score_ratio_count:increase{{ $window }}
+      expr: |-
+        sum by (agent, metric, evaluator) (increase(ragmon_evaluation_score_ratio_count[{{ $window }}]))
+{{- end }}
+    - record: agent:ragmon_evaluation_unmeasured:ratio1h
+      expr: |-
+        sum by (agent, metric, evaluator) (rate(ragmon_evaluation_unmeasured_total[1h]))
+        /
+        (
+          sum by (agent, metric, evaluator) (rate(ragmon_evaluation_unmeasured_total[1h]))
+          +
+          (
+            sum by (agent, metric, evaluator) (rate(ragmon_evaluation_score_ratio_count[1h]))
+            or
+            sum by (agent, metric, evaluator) (rate(ragmon_evaluation_unmeasured_total[1h])) * 0
+          )
+        )
+    - record: agent:ragmon_evaluations:rate5m
+      expr: |-
+        sum by (agent, evaluator, outcome) (rate(ragmon_evaluations_total[5m]))
+    - record: agent:ragmon_statements_unsupported:ratio1h
+      expr: |-
+        sum by (agent, evaluator) (rate(ragmon_statements_total{outcome="unsupported"}[1h]))
+        /
+        (sum by (agent, evaluator) (rate(ragmon_statements_total[1h])) > 0)
+- name: ragmon-recording-conversations
+  rules:
+{{- range $window := list "5m" "1h" "6h" }}
+    - record: agent:ragmon_turn_hallucination_ratio:mean{{ $window }}
+      expr: |-
+        sum by (agent, evaluator) (rate(ragmon_turn_hallucination_ratio_sum[{{ $window }}]))
+        /
+        (sum by (agent, evaluator) (rate(ragmon_turn_hallucination_ratio_count[{{ $window }}])) > 0)
+{{- end }}
+    - record: agent:ragmon_turn_hallucination_ratio:mean1d_6h_ago
+      expr: |-
+        sum by (agent, evaluator) (rate(ragmon_turn_hallucination_ratio_sum[1d] offset 6h))
+        /
+        (sum by (agent, evaluator) (rate(ragmon_turn_hallucination_ratio_count[1d] offset 6h)) > 0)
+{{- range $window := list "1h" "6h" }}
+    - record: agent:ragmon_turn_hallucination_ratio_count:increase{{ $window }}
+      expr: |-
+        sum by (agent, evaluator) (increase(ragmon_turn_hallucination_ratio_count[{{ $window }}]))
+{{- end }}
+    - record: agent:ragmon_turn_hallucination_ratio_count:increase1d_6h_ago
+      expr: |-
+        sum by (agent, evaluator) (increase(ragmon_turn_hallucination_ratio_count[1d] offset 6h))
+{{- range $window := list "5m" "1h" "6h" }}
+    - record: agent:ragmon_turn_drift_ratio:mean{{ $window }}
+      expr: |-
+        sum by (agent) (rate(ragmon_turn_drift_ratio_sum[{{ $window }}]))
+        /
+        (sum by (agent) (rate(ragmon_turn_drift_ratio_count[{{ $window }}])) > 0)
+{{- end }}
+    - record: agent:ragmon_turn_drift_ratio:mean1d_6h_ago
+      expr: |-
+        sum by (agent) (rate(ragmon_turn_drift_ratio_sum[1d] offset 6h))
+        /
+        (sum by (agent) (rate(ragmon_turn_drift_ratio_count[1d] offset 6h)) > 0)
+{{- range $window := list "1h" "6h" }}
+    - record: agent:ragmon_turn_drift_ratio_count:increase{{ $window }}
+      expr: |-
+        sum by (agent) (increase(ragmon_turn_drift_ratio_count[{{ $window }}]))
+{{- end }}
+    - record: agent:ragmon_turn_drift_ratio_count:increase1d_6h_ago
+      expr: |-
+        sum by (agent) (increase(ragmon_turn_drift_ratio_count[1d] offset 6h))
+- name: ragmon-recording-pipeline
+  rules:
+    - record: agent:ragmon_traces_processed:rate5m
+      expr: |-
+        sum by (agent, outcome) (rate(ragmon_traces_processed_total[5m]))
+    - record: topic:ragmon_kafka_consumer_lag_messages:sum
+      expr: |-
+        sum by (topic) (max by (topic, partition) (ragmon_kafka_consumer_lag_messages))
+    - record: evaluator:ragmon_judge_requests:increase10m
+      expr: |-
+        sum by (evaluator) (increase(ragmon_judge_requests_total[10m]))
+    - record: evaluator:ragmon_judge_requests:error_ratio10m
+      expr: |-
+        sum by (evaluator) (rate(ragmon_judge_requests_total{outcome!="ok"}[10m]))
+        /
+        (sum by (evaluator) (rate(ragmon_judge_requests_total[10m])) > 0)
+{{- end }}
+
+{{- define "rag-monitor.rules.labels" -}}
+severity: {{ .severity }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "rag-monitor.rules.alerts" -}}
+{{- $a := .Values.alerts }}
+{{- $base := trimSuffix "/" $a.runbookBaseUrl }}
+{{- $extra := $a.additionalLabels | default dict }}
+{{- $review := trimSuffix "/" ($a.reviewUrl | default "") -}}
+- name: ragmon-alerts-quality
+  rules:
+{{- $quality := list
+  (list "faithfulness" "RagmonFaithfulnessLow" "Faithfulness")
+  (list "answerRelevancy" "RagmonAnswerRelevancyLow" "Answer relevancy")
+  (list "contextRelevancy" "RagmonContextRelevancyLow" "Context relevancy") }}
+{{- range $q := $quality }}
+{{- $c := index $a (index $q 0) }}
+{{- if $c.enabled }}
+{{- $sel := printf "metric=%q, evaluator=~%q" $c.metric $a.quality.evaluators }}
+    - alert: {{ index $q 1 }}
+      expr: |-
+        (
+          agent:ragmon_evaluation_score_ratio:mean1h{ {{- $sel -}} } < {{ $c.threshold }}
+          and
+          agent:ragmon_evaluation_score_ratio:mean6h{ {{- $sel -}} } < {{ $c.threshold }}
+        )
+        and
+        agent:ragmon_evaluation_score_ratio_count:increase1h{ {{- $sel -}} } >= {{ $a.quality.minSamples }}
+      for: {{ $a.quality.for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" $c.severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: '{{ index $q 2 }} of agent {{`{{ $labels.agent }}`}} below {{ $c.threshold }} ({{`{{ $labels.evaluator }}`}} evaluator)'
+        description: 'Mean {{ $c.metric }} of agent {{`{{ $labels.agent }}`}} from the {{`{{ $labels.evaluator }}`}} evaluator is {{`{{ $value | printf "%.3f" }}`}} over the last hour and below {{ $c.threshold }} over 6 hours too, from at least {{ $a.quality.minSamples }} scores in the hour.'
+        runbook_url: {{ printf "%s/%s.md" $base (index $q 1) }}
+        {{- with $review }}
+        review_url: '{{ . }}/review?agent={{`{{ $labels.agent }}`}}&metric={{ $c.metric }}&since=6h'
+        {{- end }}
+{{- end }}
+{{- end }}
+- name: ragmon-alerts-conversations
+  rules:
+{{- $conv := list
+  (list "hallucination" "RagmonHallucinationRate" "agent:ragmon_turn_hallucination_ratio" "hallucination rate H_u" "agent, evaluator")
+  (list "drift" "RagmonConstraintDrift" "agent:ragmon_turn_drift_ratio" "constraint drift D_r" "agent") }}
+{{- range $v := $conv }}
+{{- $c := index $a (index $v 0) }}
+{{- if $c.enabled }}
+{{- $name := index $v 1 }}
+{{- $series := index $v 2 }}
+{{- $what := index $v 3 }}
+    - alert: {{ $name }}High
+      expr: |-
+        (
+          {{ $series }}:mean1h > {{ $c.threshold }}
+          and
+          {{ $series }}:mean6h > {{ $c.threshold }}
+        )
+        and
+        {{ $series }}_count:increase1h >= {{ $c.minTurns }}
+      for: {{ $c.for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" $c.severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Multi-turn {{ $what }} of agent {{`{{ $labels.agent }}`}} above {{ $c.threshold }}'
+        description: 'The {{ $what }} of agent {{`{{ $labels.agent }}`}} is {{`{{ $value | printf "%.3f" }}`}} over the last hour and above {{ $c.threshold }} over 6 hours too, from at least {{ $c.minTurns }} turns in the hour.'
+        runbook_url: {{ printf "%s/%sHigh.md" $base $name }}
+        {{- with $review }}
+        review_url: '{{ . }}/review?agent={{`{{ $labels.agent }}`}}&since=6h'
+        {{- end }}
+    - alert: {{ $name }}Rising
+      expr: |-
+        (
+          {{ $series }}:mean6h > {{ $series }}:mean1d_6h_ago + {{ $c.riseBy }}
+          and
+          {{ $series }}:mean1h > {{ $series }}:mean1d_6h_ago + {{ $c.riseBy }}
+        )
+        and
+        {{ $series }}_count:increase6h >= {{ $c.minTurns }}
+        and
+        {{ $series }}_count:increase1d_6h_ago >= {{ $c.minTurns }}
+      for: {{ $c.for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" $c.severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Multi-turn {{ $what }} of agent {{`{{ $labels.agent }}`}} rising'
+        description: 'The {{ $what }} of agent {{`{{ $labels.agent }}`}} is {{`{{ $value | printf "%.3f" }}`}} over the last 6 hours (and the last hour), more than {{ $c.riseBy }} above its mean over the day before, with at least {{ $c.minTurns }} turns in each window.'
+        runbook_url: {{ printf "%s/%sRising.md" $base $name }}
+        {{- with $review }}
+        review_url: '{{ . }}/review?agent={{`{{ $labels.agent }}`}}&since=6h'
+        {{- end }}
+{{- end }}
+{{- end }}
+{{- with $a.golden }}
+{{- if .enabled }}
+{{- $modes := printf "mode=~%q" .modes }}
+- name: ragmon-alerts-golden
+  rules:
+    - alert: RagmonGoldenBelowTarget
+      expr: |-
+        (
+          min by (suite, mode, metric) (ragmon_golden_metric_ratio{ {{- $modes -}} })
+          < on (suite, metric) group_left ()
+          max by (suite, metric) (ragmon_golden_target_ratio)
+        )
+{{- range $metric, $target := .targets }}
+        or
+        (
+          min by (suite, mode, metric) (ragmon_golden_metric_ratio{ {{- $modes }}, metric="{{ $metric }}"}) < {{ $target }}
+          unless on (suite, metric)
+          ragmon_golden_target_ratio
+        )
+{{- end }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Golden suite {{`{{ $labels.suite }}`}} misses its {{`{{ $labels.metric }}`}} target (mode {{`{{ $labels.mode }}`}})'
+        description: 'The last run of golden suite {{`{{ $labels.suite }}`}} in mode {{`{{ $labels.mode }}`}} measured {{`{{ $labels.metric }}`}} = {{`{{ $value | printf "%.3f" }}`}}, below the suite target (or, where the suite exports none, the chart default).'
+        runbook_url: {{ printf "%s/RagmonGoldenBelowTarget.md" $base }}
+    - alert: RagmonGoldenLatencyHigh
+      expr: |-
+{{- $latency := .latencyTargets }}
+{{- range $i, $metric := keys $latency | sortAlpha }}
+        {{- if $i }}
+        or
+        {{- end }}
+        max by (suite, mode, metric) (ragmon_golden_latency_seconds{ {{- $modes }}, metric="{{ $metric }}"}) > {{ index $latency $metric }}
+{{- end }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Golden suite {{`{{ $labels.suite }}`}} {{`{{ $labels.metric }}`}} latency above target (mode {{`{{ $labels.mode }}`}})'
+        description: 'The last run of golden suite {{`{{ $labels.suite }}`}} in mode {{`{{ $labels.mode }}`}} had {{`{{ $labels.metric }}`}} latency {{`{{ $value | humanizeDuration }}`}}, above its target.'
+        runbook_url: {{ printf "%s/RagmonGoldenLatencyHigh.md" $base }}
+    - alert: RagmonGoldenStale
+      expr: |-
+        (time() - max by (suite) (ragmon_golden_last_success_timestamp_seconds)) > {{ .maxAgeSeconds }}
+        or
+        (
+          sum by (suite) (increase(ragmon_golden_runs_total{outcome="error"}[{{ .maxAgeSeconds }}s])) > 0
+          unless on (suite)
+          max by (suite) (ragmon_golden_last_success_timestamp_seconds)
+        )
+      for: 10m
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Golden suite {{`{{ $labels.suite }}`}} has not completed a run for too long'
+        description: 'Golden suite {{`{{ $labels.suite }}`}} has completed no run for more than {{ .maxAgeSeconds }} s (or has only errored since the daemon started); its metrics on the dashboards are stale.'
+        runbook_url: {{ printf "%s/RagmonGoldenStale.md" $base }}
+{{- end }}
+{{- end }}
+{{- with $a.judge }}
+{{- if .enabled }}
+- name: ragmon-alerts-judge
+  rules:
+    - alert: RagmonJudgeErrorRateHigh
+      expr: |-
+        evaluator:ragmon_judge_requests:error_ratio10m > {{ .errorRatio }}
+        and
+        evaluator:ragmon_judge_requests:increase10m >= {{ .minRequests }}
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'LLM judge {{`{{ $labels.evaluator }}`}} failing on {{`{{ $value | humanizePercentage }}`}} of calls'
+        description: '{{`{{ $value | humanizePercentage }}`}} of the chat calls of evaluator {{`{{ $labels.evaluator }}`}} over 10 minutes failed (error, timeout, rate limited or malformed), above {{ .errorRatio }}, with at least {{ .minRequests }} calls. Judged scores go unmeasured meanwhile; tier 0 continues.'
+        runbook_url: {{ printf "%s/RagmonJudgeErrorRateHigh.md" $base }}
+    - alert: RagmonJudgeCircuitOpen
+      expr: |-
+        max by (evaluator) (ragmon_judge_circuit_open) > 0
+      for: {{ .circuitOpenFor }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'LLM judge circuit open for {{`{{ $labels.evaluator }}`}}'
+        description: 'The circuit breaker of evaluator {{`{{ $labels.evaluator }}`}} has been open for {{ .circuitOpenFor }} on at least one replica: no judge calls are made and judged traces are shed (circuit_open).'
+        runbook_url: {{ printf "%s/RagmonJudgeCircuitOpen.md" $base }}
+{{- end }}
+{{- end }}
+- name: ragmon-alerts-pipeline
+  rules:
+{{- with $a.deadLetters }}
+{{- if .enabled }}
+    - alert: RagmonDeadLetters
+      expr: |-
+        (
+          sum by (reason) (rate(ragmon_dead_letters_total[15m]))
+          / on () group_left ()
+          sum (rate(ragmon_messages_consumed_total[15m]))
+        ) > {{ .ratio }}
+        and
+        sum by (reason) (increase(ragmon_dead_letters_total[15m])) >= {{ .minCount }}
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Input messages dead-lettered ({{`{{ $labels.reason }}`}})'
+        description: '{{`{{ $value | humanizePercentage }}`}} of the consumed messages over 15 minutes went to the dead-letter topic with reason {{`{{ $labels.reason }}`}} (threshold {{ .ratio }}, at least {{ .minCount }} messages).'
+        runbook_url: {{ printf "%s/RagmonDeadLetters.md" $base }}
+{{- end }}
+{{- end }}
+{{- with $a.consumerLag }}
+{{- if .enabled }}
+    - alert: RagmonConsumerLagGrowing
+      expr: |-
+        topic:ragmon_kafka_consumer_lag_messages:sum > {{ .minMessages }}
+        and
+        deriv(topic:ragmon_kafka_consumer_lag_messages:sum[15m]) > 0
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Consumer lag on {{`{{ $labels.topic }}`}} is growing'
+        description: 'The consumer group is {{`{{ $value | printf "%.0f" }}`}} messages behind on topic {{`{{ $labels.topic }}`}} (above {{ .minMessages }}) and the lag has kept growing for {{ .for }}.'
+        runbook_url: {{ printf "%s/RagmonConsumerLagGrowing.md" $base }}
+{{- end }}
+{{- end }}
+{{- with $a.noEvaluations }}
+{{- if .enabled }}
+    - alert: RagmonNoEvaluations
+      expr: |-
+        sum (increase(ragmon_traces_processed_total[15m])) >= {{ .minTraces }}
+        unless on ()
+        sum (increase(ragmon_evaluations_total[15m])) > 0
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Traces flow but nothing is evaluated'
+        description: '{{`{{ $value | printf "%.0f" }}`}} traces were processed in 15 minutes and not one evaluation ran, not even the heuristic tier: answer quality is unmonitored.'
+        runbook_url: {{ printf "%s/RagmonNoEvaluations.md" $base }}
+{{- end }}
+{{- end }}
+{{- with $a.daemonDown }}
+{{- if .enabled }}
+- name: ragmon-alerts-availability
+  rules:
+    - alert: RagmonDaemonDown
+      expr: |-
+        up{ {{- .selector -}} } == 0
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'rag-monitor target {{`{{ $labels.instance }}`}} is down'
+        description: 'Prometheus has failed to scrape rag-monitor at {{`{{ $labels.instance }}`}} for {{ .for }}: that replica is not running, not listening or not reachable.'
+        runbook_url: {{ printf "%s/RagmonDaemonDown.md" $base }}
+    - alert: RagmonDaemonAbsent
+      expr: |-
+        absent(up{ {{- .selector -}} })
+      for: {{ .absentFor }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'No rag-monitor target is scraped'
+        description: 'Prometheus has found no rag-monitor scrape target ({{ .selector }}) for {{ .absentFor }}: the deployment is gone, scaled to zero, or its ServiceMonitor no longer matches.'
+        runbook_url: {{ printf "%s/RagmonDaemonAbsent.md" $base }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,268 @@
+"""The Grafana dashboards: generated, committed, and held to the README's metrics contract."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dashboards import generate
+from dashboards.contract import (
+    contract_problems,
+    readme_metrics,
+    scan,
+    substitute_grafana_variables,
+)
+from tests.support.services import service_unavailable
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD_DIR = ROOT / "dashboards"
+CHART_DASHBOARD_DIR = ROOT / "helm" / "rag-monitor" / "dashboards"
+
+
+def committed() -> dict[str, dict[str, Any]]:
+    boards = {p.name: json.loads(p.read_text()) for p in sorted(DASHBOARD_DIR.glob("*.json"))}
+    assert boards, "no dashboards committed"
+    return boards
+
+
+def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in board["panels"] if p["type"] != "row"]
+
+
+def queries(board: dict[str, Any]) -> list[tuple[str, str]]:
+    return generate.expressions(board)
+
+
+def test_regeneration_changes_nothing() -> None:
+    rendered = generate.render()
+    assert sorted(rendered) == sorted(p.name for p in DASHBOARD_DIR.glob("*.json"))
+    for directory in (DASHBOARD_DIR, CHART_DASHBOARD_DIR):
+        for name, text in rendered.items():
+            path = directory / name
+            assert path.read_text(encoding="utf-8") == text, (
+                f"{path.relative_to(ROOT)} is stale: run python dashboards/generate.py"
+            )
+    assert sorted(p.name for p in CHART_DASHBOARD_DIR.glob("*.json")) == sorted(rendered)
+
+
+def test_the_four_dashboards_exist() -> None:
+    titles = {board["title"] for board in committed().values()}
+    assert titles == {
+        "rag-monitor / Quality overview",
+        "rag-monitor / Conversations",
+        "rag-monitor / Golden sets",
+        "rag-monitor / Operations",
+    }
+    uids = [board["uid"] for board in committed().values()]
+    assert len(set(uids)) == len(uids)
+
+
+def test_every_query_uses_only_readme_metrics_and_their_labels() -> None:
+    metrics = readme_metrics((ROOT / "README.md").read_text(encoding="utf-8"))
+    problems = []
+    for name, board in committed().items():
+        for where, expr in queries(board):
+            problems += [f"{name} {where}: {p}" for p in contract_problems(expr, metrics)]
+    assert not problems, "\n".join(problems)
+
+
+def test_contract_check_is_not_vacuous() -> None:
+    metrics = readme_metrics()
+    assert "ragmon_evaluation_score_ratio_bucket" in metrics
+    assert "le" in metrics["ragmon_evaluation_score_ratio_bucket"].labels
+    assert "ragmon_judge_output_tokens_total" in metrics  # two names in one table cell
+    assert contract_problems('rate(ragmon_nope_total{agent="a"}[5m])', metrics)
+    assert contract_problems('rate(ragmon_dead_letters_total{agent="a"}[5m])', metrics)
+    assert contract_problems("sum by (agent) (rate(ragmon_dead_letters_total[5m]))", metrics)
+    assert not contract_problems(
+        'sum by (reason) (rate(ragmon_dead_letters_total{reason!=""}[$__rate_interval]))',
+        metrics,
+    )
+    found = scan('histogram_quantile(0.5, sum by (le) (rate(x_bucket{a=~"$agent"}[$window])))')
+    assert found.metrics == ["x_bucket"]
+    assert found.grouping == ["le"]
+    assert found.matchers == [("x_bucket", "a")]
+
+
+def test_every_panel_has_a_query_on_the_datasource_variable() -> None:
+    for name, board in committed().items():
+        for panel in panels(board):
+            targets = panel.get("targets") or []
+            assert targets, f"{name}: panel {panel['title']!r} has no query"
+            for target in targets:
+                assert target["expr"].strip(), f"{name}: {panel['title']!r} has an empty query"
+                assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert panel["datasource"]["uid"] == "${datasource}"
+
+
+def test_template_variables() -> None:
+    for name, board in committed().items():
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        assert variables["datasource"]["type"] == "datasource"
+        assert variables["datasource"]["query"] == "prometheus"
+        assert variables["review_url"]["type"] == "textbox"
+        assert variables["review_url"]["query"] == generate.REVIEW_URL_PLACEHOLDER
+        uses_agent = any(
+            "agent" in scan(expr).grouping + [m[1] for m in scan(expr).matchers]
+            for _, expr in queries(board)
+        )
+        if uses_agent:
+            agent = variables["agent"]
+            assert agent["type"] == "query"
+            assert agent["multi"] and agent["includeAll"] and agent["allValue"] == ".*"
+            assert "label_values(ragmon_" in agent["query"]["query"]
+            assert any('agent=~"$agent"' in expr for _, expr in queries(board)), name
+        for variable in variables.values():
+            if variable["type"] == "query":
+                assert variable["datasource"]["uid"] == "${datasource}"
+    # Golden-set metrics carry no agent label; that dashboard filters by suite and mode instead.
+    golden = {v["name"] for v in committed()["golden-sets.json"]["templating"]["list"]}
+    assert {"suite", "mode"} <= golden
+
+
+def test_dashboards_link_to_the_review_page() -> None:
+    for name, board in committed().items():
+        urls = [link.get("url", "") for link in board["links"]]
+        assert any(url.startswith("${review_url}/review") for url in urls), name
+    quality = committed()["quality-overview.json"]
+    linked = [
+        panel
+        for panel in panels(quality)
+        if any(
+            "/review?" in link["url"] for link in panel["fieldConfig"]["defaults"].get("links", [])
+        )
+    ]
+    assert linked, "score panels link to /review for the agent under the cursor"
+    for panel in linked:
+        assert "${__field.labels.agent}" in panel["fieldConfig"]["defaults"]["links"][0]["url"]
+
+
+def test_means_come_from_histogram_sum_over_count_summed_before_dividing() -> None:
+    for name, board in committed().items():
+        for where, expr in queries(board):
+            if "_sum" not in expr:
+                continue
+            # Every x_sum is paired with x_count of the same histogram, both under sum(...).
+            for base in set(re.findall(r"(ragmon_\w+)_sum\b", expr)):
+                assert f"{base}_count" in expr, f"{name} {where}: {base}_sum without _count"
+            assert re.search(r"\bsum( by \([^)]*\))? \(rate\(ragmon_\w+_sum", expr), (
+                f"{name} {where}: the sum must be aggregated with sum by (...) before dividing"
+            )
+            assert re.search(r"\bsum( by \([^)]*\))? \(rate\(ragmon_\w+_count", expr), where
+            assert "avg" not in expr, f"{name} {where}: never average averages"
+        # The per-replica rolling gauge is for a one-replica glance, not for dashboards.
+        assert "ragmon_evaluation_score_mean_ratio" not in json.dumps(board)
+
+
+def test_score_panels_have_exemplars_and_quantiles() -> None:
+    quality = committed()["quality-overview.json"]
+    score_targets = [
+        target
+        for panel in panels(quality)
+        if panel["type"] == "timeseries"
+        for target in panel["targets"]
+        if re.search(r"ragmon_evaluation_score_ratio_(sum|bucket)", target["expr"])
+    ]
+    assert score_targets
+    assert all(target["exemplar"] for target in score_targets)
+    assert any("histogram_quantile" in t["expr"] for t in score_targets)
+    bucket_queries = [t for t in score_targets if "_bucket" in t["expr"]]
+    assert bucket_queries and all("le" in scan(t["expr"]).grouping for t in bucket_queries)
+
+
+@pytest.mark.parametrize(
+    ("dashboard", "required"),
+    [
+        (
+            "quality-overview.json",
+            {
+                'metric="faithfulness"',
+                'metric="answer_relevancy"',
+                'metric="context_precision"',
+                "ragmon_evaluation_unmeasured_total",
+                "ragmon_evaluations_total",
+                'evaluator="heuristic"',
+                "histogram_quantile",
+            },
+        ),
+        (
+            "conversations.json",
+            {
+                "ragmon_turn_hallucination_ratio_sum",
+                "ragmon_turn_drift_ratio_sum",
+                "sum by (turn_bucket)",
+                "ragmon_turn_memory_tokens_sum",
+                "ragmon_conversation_final_memory_tokens_sum",
+                "ragmon_turn_outcome_score_sum",
+            },
+        ),
+        (
+            "golden-sets.json",
+            {
+                "ragmon_golden_metric_ratio",
+                "ragmon_golden_target_ratio",
+                "ragmon_golden_latency_seconds",
+                "ragmon_golden_last_success_timestamp_seconds",
+                "ragmon_golden_runs_total",
+            },
+        ),
+        (
+            "operations.json",
+            {
+                "ragmon_messages_consumed_total",
+                "ragmon_kafka_consumer_lag_messages",
+                "ragmon_dead_letters_total",
+                "ragmon_judge_request_duration_seconds_bucket",
+                'outcome!="ok"',
+                "ragmon_judge_circuit_open",
+                "ragmon_judge_input_tokens_total",
+                "ragmon_judge_cost_dollars_total",
+                "ragmon_judge_cache_lookups_total",
+                "ragmon_sampler_shed_total",
+            },
+        ),
+    ],
+)
+def test_panels_the_issue_asks_for(dashboard: str, required: set[str]) -> None:
+    text = "\n".join(expr for _, expr in queries(committed()[dashboard]))
+    missing = {needle for needle in required if needle not in text}
+    assert not missing, f"{dashboard} lacks queries for {sorted(missing)}"
+
+
+def test_layout_fits_the_grid_without_overlaps() -> None:
+    for name, board in committed().items():
+        ids = [p["id"] for p in board["panels"]]
+        assert len(set(ids)) == len(ids), name
+        cells: set[tuple[int, int]] = set()
+        for panel in board["panels"]:
+            pos = panel["gridPos"]
+            assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, (name, panel["title"])
+            for x in range(pos["x"], pos["x"] + pos["w"]):
+                for y in range(pos["y"], pos["y"] + pos["h"]):
+                    assert (x, y) not in cells, f"{name}: {panel['title']!r} overlaps"
+                    cells.add((x, y))
+
+
+def test_every_query_is_valid_promql(tmp_path: Path) -> None:
+    """promtool parses each query (Grafana variables replaced) as a recording rule."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        service_unavailable("promtool not installed (scripts/setup-ops.sh installs it)")
+    rules: list[dict[str, str]] = []
+    for board in committed().values():
+        for _where, expr in queries(board):
+            record = f"check:{len(rules)}"
+            rules.append({"record": record, "expr": substitute_grafana_variables(expr)})
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    result = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

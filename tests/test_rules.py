@@ -1,0 +1,254 @@
+"""Prometheus recording and alerting rules: promtool checks, unit tests, chart equivalence."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from dashboards.contract import contract_problems, readme_metrics, scan
+from tests.support.services import service_unavailable
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "rules"
+RECORDING = RULES / "recording.yaml"
+ALERTS = RULES / "alerts.yaml"
+UNIT_TESTS = sorted((RULES / "tests").glob("*.yaml"))
+RUNBOOKS = ROOT / "runbooks"
+# The one alert meant to fire when there is no data at all.
+FIRES_ON_NO_DATA = {"RagmonDaemonAbsent"}
+
+
+def _render_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("rules_render", RULES / "render.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def groups(path: Path) -> list[dict[str, Any]]:
+    loaded: list[dict[str, Any]] = yaml.safe_load(path.read_text())["groups"]
+    return loaded
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [rule for group in groups(ALERTS) for rule in group["rules"]]
+
+
+def recording_rules() -> list[dict[str, Any]]:
+    return [rule for group in groups(RECORDING) for rule in group["rules"]]
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        service_unavailable("promtool not installed (scripts/setup-ops.sh installs it)")
+    return path
+
+
+def test_promtool_check_rules() -> None:
+    result = subprocess.run(
+        [promtool(), "check", "rules", str(RECORDING), str(ALERTS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda p: p.name)
+def test_promtool_unit_tests(unit_test: Path) -> None:
+    result = subprocess.run(
+        [promtool(), "test", "rules", str(unit_test)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_committed_rules_equal_the_charts_rendering_with_default_values() -> None:
+    rendered = _render_module().render()
+    for name, text in rendered.items():
+        assert (RULES / name).read_text(encoding="utf-8") == text, (
+            f"rules/{name} differs from the chart's PrometheusRule: run python rules/render.py"
+        )
+    chart_groups = _render_module().chart_rule_groups()
+    assert chart_groups == groups(RECORDING) + groups(ALERTS)
+
+
+def test_every_alert_has_severity_summary_description_and_a_runbook_in_the_repo() -> None:
+    names = [rule["alert"] for rule in alert_rules()]
+    assert len(set(names)) == len(names)
+    for rule in alert_rules():
+        name = rule["alert"]
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
+        annotations = rule["annotations"]
+        assert annotations["summary"].strip() and annotations["description"].strip(), name
+        assert annotations["runbook_url"].endswith(f"/{name}.md"), name
+        runbook = RUNBOOKS / f"{name}.md"
+        assert runbook.is_file(), f"no runbook {runbook.relative_to(ROOT)}"
+        text = runbook.read_text(encoding="utf-8")
+        assert text.startswith(f"# {name}"), runbook
+        for section in ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation"):
+            assert section in text, f"{runbook.name} lacks {section}"
+    orphans = {p.stem for p in RUNBOOKS.glob("*.md")} - set(names) - {"README"}
+    assert not orphans, f"runbooks without an alert: {sorted(orphans)}"
+
+
+def test_the_alerts_the_issue_asks_for() -> None:
+    assert {rule["alert"] for rule in alert_rules()} == {
+        "RagmonFaithfulnessLow",
+        "RagmonAnswerRelevancyLow",
+        "RagmonContextRelevancyLow",
+        "RagmonHallucinationRateHigh",
+        "RagmonHallucinationRateRising",
+        "RagmonConstraintDriftHigh",
+        "RagmonConstraintDriftRising",
+        "RagmonGoldenBelowTarget",
+        "RagmonGoldenLatencyHigh",
+        "RagmonGoldenStale",
+        "RagmonJudgeErrorRateHigh",
+        "RagmonJudgeCircuitOpen",
+        "RagmonDeadLetters",
+        "RagmonConsumerLagGrowing",
+        "RagmonNoEvaluations",
+        "RagmonDaemonDown",
+        "RagmonDaemonAbsent",
+    }
+
+
+def test_quality_alerts_are_multi_window_with_a_minimum_sample_count() -> None:
+    thresholds = {
+        "RagmonFaithfulnessLow": ("faithfulness", "0.8"),
+        "RagmonAnswerRelevancyLow": ("answer_relevancy", "0.7"),
+        "RagmonContextRelevancyLow": ("context_relevancy", "0.6"),
+    }
+    for rule in alert_rules():
+        if rule["alert"] not in thresholds:
+            continue
+        metric, threshold = thresholds[rule["alert"]]
+        expr = rule["expr"]
+        assert f'metric="{metric}"' in expr
+        assert "agent:ragmon_evaluation_score_ratio:mean1h{" in expr
+        assert "agent:ragmon_evaluation_score_ratio:mean6h{" in expr
+        assert expr.count(f"< {threshold}") == 2
+        assert re.search(r"agent:ragmon_evaluation_score_ratio_count:increase1h\{.*\} >= 20", expr)
+
+
+def _unit_test_cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    cases = []
+    for path in UNIT_TESTS:
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for case in test.get("alert_rule_test", []):
+                cases.append((path.name, test, case))
+    return cases
+
+
+@pytest.mark.parametrize("alert", [rule["alert"] for rule in alert_rules()])
+def test_every_alert_is_unit_tested_firing_quiet_on_low_samples_and_on_no_data(alert: str) -> None:
+    fires = quiet_with_data = no_data = fires_on_no_data = False
+    for _file, test, case in _unit_test_cases():
+        if case["alertname"] != alert:
+            continue
+        has_data = bool(test.get("input_series"))
+        expected = case.get("exp_alerts") or []
+        if expected and has_data:
+            fires = True
+            for exp in expected:
+                assert set(exp["exp_annotations"]) >= {"summary", "description", "runbook_url"}
+        elif has_data:
+            quiet_with_data = True
+        elif expected:
+            fires_on_no_data = True
+        else:
+            no_data = True
+    assert fires, f"{alert}: no unit test where it fires"
+    assert quiet_with_data, f"{alert}: no unit test where data exists and it stays quiet"
+    if alert in FIRES_ON_NO_DATA:
+        assert fires_on_no_data, f"{alert}: no unit test where it fires without data"
+    else:
+        assert no_data, f"{alert}: no unit test where it stays quiet without data"
+
+
+def test_unit_test_files_load_both_rule_files_and_order_recording_first() -> None:
+    names = [g["name"] for g in groups(RECORDING) + groups(ALERTS)]
+    for path in UNIT_TESTS:
+        spec = yaml.safe_load(path.read_text())
+        assert spec["rule_files"] == ["../recording.yaml", "../alerts.yaml"], path.name
+        assert spec["group_eval_order"] == names, path.name
+
+
+def test_rules_use_only_readme_metrics_and_recorded_series() -> None:
+    metrics = readme_metrics()
+    recorded: dict[str, frozenset[str]] = {}
+    for rule in recording_rules():
+        labels = frozenset(scan(rule["expr"]).grouping)
+        recorded[rule["record"]] = labels
+    problems = []
+    for rule in recording_rules() + alert_rules():
+        name = rule.get("record") or rule.get("alert")
+        for problem in contract_problems(
+            rule["expr"], metrics, recorded, allowed_outside=frozenset({"up"})
+        ):
+            problems.append(f"{name}: {problem}")
+    assert not problems, "\n".join(problems)
+    # Recording-rule names follow level:metric:operations, and every recorded name an alert
+    # uses is recorded.
+    for rule in recording_rules():
+        assert re.fullmatch(r"[a-z_]+:ragmon_[a-z0-9_]+:[a-z0-9_]+", rule["record"]), rule
+    used = {m for rule in alert_rules() for m in scan(rule["expr"]).metrics if ":" in m}
+    assert used <= set(recorded), used - set(recorded)
+
+
+def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
+    render = _render_module()
+    custom = render.chart_rule_groups(
+        {
+            "alerts": {
+                "runbookBaseUrl": "https://runbooks.example/ragmon/",
+                "reviewUrl": "https://ragmon.example",
+                "additionalLabels": {"team": "search"},
+                "quality": {"evaluators": "llm", "minSamples": 50, "for": "30m"},
+                "faithfulness": {"threshold": 0.9, "severity": "warning"},
+                "drift": {"enabled": False},
+                "golden": {"targets": {"mrr": 0.75}, "maxAgeSeconds": 7200},
+                "judge": {"errorRatio": 0.05},
+                "daemonDown": {"selector": 'job="ragmon", namespace="rag"'},
+            }
+        }
+    )
+    rules = {r["alert"]: r for g in custom for r in g["rules"] if "alert" in r}
+    faithfulness = rules["RagmonFaithfulnessLow"]
+    assert faithfulness["expr"].count("< 0.9") == 2
+    assert 'evaluator=~"llm"' in faithfulness["expr"]
+    assert ">= 50" in faithfulness["expr"]
+    assert faithfulness["for"] == "30m"
+    assert faithfulness["labels"] == {"severity": "warning", "team": "search"}
+    assert faithfulness["annotations"]["runbook_url"] == (
+        "https://runbooks.example/ragmon/RagmonFaithfulnessLow.md"
+    )
+    assert faithfulness["annotations"]["review_url"].startswith("https://ragmon.example/review?")
+    assert "RagmonConstraintDriftHigh" not in rules
+    assert "RagmonConstraintDriftRising" not in rules
+    assert 'metric="mrr"}) < 0.75' in rules["RagmonGoldenBelowTarget"]["expr"]
+    assert "> 7200" in rules["RagmonGoldenStale"]["expr"]
+    assert "> 0.05" in rules["RagmonJudgeErrorRateHigh"]["expr"]
+    assert 'up{job="ragmon", namespace="rag"} == 0' in rules["RagmonDaemonDown"]["expr"]
+    # Custom values still give valid rules.
+    path = tmp_path / "custom.yaml"
+    path.write_text(yaml.safe_dump({"groups": custom}))
+    result = subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
