@@ -52,7 +52,9 @@ GOLDEN_METRICS = {
     "ndcg_5": ("NDCG@5", 0.70),
     "precision_5": ("Precision@5", None),
     "coverage": ("Coverage", None),
-    "answer_correctness": ("Answer correctness", None),
+    # generation suites: measured without a judge, so the panels always have data to show
+    "topic_coverage": ("Expected-topic coverage", None),
+    "no_context_pass_rate": ("No-context answers that admit not knowing", None),
 }
 
 AGENT = 'agent=~"$agent"'
@@ -994,22 +996,26 @@ def golden() -> dict[str, Any]:
         ),
     ]
     panels.append(row("Metrics per suite and mode against their targets"))
-    for metric, (title, _seed_target) in GOLDEN_METRICS.items():
+    for metric, (title, seed_target) in GOLDEN_METRICS.items():
         metric_matcher = f'metric="{metric}"'
+        queries = [
+            target(
+                "max by (suite, mode) (ragmon_golden_metric_ratio"
+                f"{sel(suite, mode, metric_matcher)})",
+                "{{suite}} {{mode}}",
+            )
+        ]
+        if seed_target is not None:  # a target line only where the seed sets one
+            queries.append(
+                target(
+                    f"max by (suite) (ragmon_golden_target_ratio{sel(suite, metric_matcher)})",
+                    "{{suite}} target",
+                )
+            )
         panels.append(
             timeseries(
                 title,
-                [
-                    target(
-                        "max by (suite, mode) (ragmon_golden_metric_ratio"
-                        f"{sel(suite, mode, metric_matcher)})",
-                        "{{suite}} {{mode}}",
-                    ),
-                    target(
-                        f"max by (suite) (ragmon_golden_target_ratio{sel(suite, metric_matcher)})",
-                        "{{suite}} target",
-                    ),
-                ],
+                queries,
                 unit="percentunit",
                 minimum=0,
                 maximum=1,

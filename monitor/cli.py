@@ -20,6 +20,7 @@ from monitor.golden.cli import dispatch as dispatch_golden
 from monitor.golden.cli import register as register_golden
 from monitor.logs import configure_logging
 from monitor.models import Trace
+from monitor.review import register as register_review
 from monitor.source.topics import MissingTopicError
 
 EXIT_CONFIG = 2
@@ -61,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     score.add_argument("--config", type=Path, help="YAML configuration file")
 
     register_golden(sub)
+    register_review(sub)
 
     demo = sub.add_parser(
         "demo", help="run everything locally: broker, RAG service, traffic, daemon"
@@ -96,6 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         return _run(args.config, args.source)
+    if args.command == "review":
+        from monitor.review import run_cli
+
+        settings = _load(args.config)
+        configure_logging(settings.log.format, "warning")  # logs on stderr: --json stays clean
+        return asyncio.run(run_cli(args, settings))
     if args.command == "golden":
         return dispatch_golden(args, _load)
     if args.command == "demo":

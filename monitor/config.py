@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, Literal, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -101,6 +109,19 @@ class HttpConfig(_Section):
     health_stall_seconds: float = Field(
         default=60.0, gt=0, description="/healthz fails when the consume loop is stuck this long"
     )
+    review_token: SecretStr | None = Field(
+        default=None, description="bearer token that /review and /review.json require"
+    )
+    trace_url_template: str | None = Field(
+        default=None, description="link for trace ids on /review, e.g. a tracing UI; {trace_id}"
+    )
+
+    @field_validator("review_token")
+    @classmethod
+    def _non_empty_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("review_token must not be empty (leave it unset for no token)")
+        return value
 
 
 class LogConfig(_Section):
@@ -149,6 +170,7 @@ class RedactionSinksConfig(_Section):
 
     store: bool = True
     results_topic: bool = True
+    review: bool = True
 
 
 class Settings(BaseSettings):

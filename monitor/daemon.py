@@ -30,6 +30,7 @@ from monitor.export.results import ResultsPublisher
 from monitor.export.scoring_metrics import ScoringMetrics
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.schedule import GoldenScheduler
+from monitor.review import add_review_routes, review_redactor
 from monitor.scoring import ScoringProcessor
 from monitor.source.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.source.file import read_lines
@@ -121,11 +122,16 @@ class Daemon:
             if provider is not None:
                 # Flushing exports over HTTP; off the event loop so nothing stalls meanwhile.
                 stack.push_async_callback(asyncio.to_thread, provider.shutdown)
-            self.http = HttpServer(
-                build_app(self.metrics.registry, Probes(self._healthy, self._ready)),
-                self.settings.http.host,
-                self.settings.http.port,
+            app = build_app(self.metrics.registry, Probes(self._healthy, self._ready))
+            token = self.settings.http.review_token
+            add_review_routes(
+                app,
+                lambda: self.store,
+                token.get_secret_value() if token is not None else None,
+                redactor=review_redactor(self.settings),
+                trace_url_template=self.settings.http.trace_url_template,
             )
+            self.http = HttpServer(app, self.settings.http.host, self.settings.http.port)
             await self.http.start()
             stack.push_async_callback(self.http.stop)
             log.info("http server listening", host=self.settings.http.host, port=self.http.port)

@@ -9,8 +9,10 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo_root}"
 
-# Java 17 + Maven assemble and run the test broker; PostgreSQL backs the store tests.
-debian_packages=(openjdk-17-jre-headless maven postgresql)
+# Java 17 + Maven assemble and run the test broker; PostgreSQL backs the store tests;
+# prometheus (and promtool) the rule and end-to-end tests; chromium the review page test.
+# One apt transaction here; the setup-* scripts below then find everything in place.
+debian_packages=(openjdk-17-jre-headless maven postgresql prometheus chromium fonts-dejavu-core)
 missing=()
 for pkg in "${debian_packages[@]}"; do
     dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q "install ok installed" \
@@ -29,7 +31,6 @@ fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 scripts/setup-kafka.sh
 scripts/setup-postgres.sh
-if [[ -x scripts/setup-ops.sh ]]; then
-    scripts/setup-ops.sh
-fi
+scripts/setup-ops.sh        # prometheus + promtool for the rule and end-to-end tests
+scripts/setup-browser.sh    # headless Chromium for the /review page test
 echo "setup: done"

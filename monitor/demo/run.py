@@ -121,6 +121,7 @@ async def start_service(stack: AsyncExitStack, service: RagService) -> str:
 def demo_golden(service_url: str, interval_seconds: float) -> GoldenConfig:
     """A retrieval suite over the demo service: modes A, B (better) and E (deliberately worse)."""
     dataset = resources.files("monitor.demo").joinpath("golden.yaml")
+    answers = resources.files("monitor.demo").joinpath("golden_answers.yaml")
     return GoldenConfig.model_validate(
         {
             "suites": [
@@ -143,7 +144,19 @@ def demo_golden(service_url: str, interval_seconds: float) -> GoldenConfig:
                     "gate_modes": ["B"],
                     "cutoffs": [5, 10],
                     "schedule": {"interval_seconds": interval_seconds, "run_on_start": True},
-                }
+                },
+                {
+                    "name": "demo-answers",
+                    "kind": "generation",
+                    "dataset": str(answers),
+                    "service": {
+                        "url": f"{service_url}/answer",
+                        "request_template": {"query": "{{question}}", "mode": "B"},
+                        "response": {"answer": "answer", "contexts": "contexts[*].text"},
+                        "timeout_seconds": 5,
+                    },
+                    "schedule": {"interval_seconds": interval_seconds, "run_on_start": True},
+                },
             ],
         }
     )

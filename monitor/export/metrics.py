@@ -14,6 +14,18 @@ from monitor import __version__
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 OTHER_AGENT = "other"
+SKIP_REASONS = ("otlp_not_rag", "otlp_no_spans", "otlp_late_spans")
+DEAD_LETTER_REASONS = (
+    "invalid_json",
+    "invalid_utf8",
+    "schema_violation",
+    "unknown_schema_version",
+    "too_large",
+    "empty_message",
+    "otlp_undecodable",
+    "otlp_unmappable",
+    "processing_error",
+)
 
 
 class AgentLabels:
@@ -108,3 +120,10 @@ class Metrics:
         self.ready = Gauge(
             "ragmon_ready", "1 when the source is consuming (same as /readyz).", registry=r
         )
+        # Known label values start at 0, so rate() and alerts see a series before the first event.
+        for reason in SKIP_REASONS:
+            self.traces_skipped.labels(reason)
+        for reason in DEAD_LETTER_REASONS:
+            self.dead_letters.labels(reason)
+        for outcome in ("ok", "error"):
+            self.commits.labels(outcome)

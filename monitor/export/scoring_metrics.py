@@ -125,6 +125,9 @@ class ScoringMetrics:
         self.store_writes = Counter(
             "ragmon_store_writes", "Results written to the store.", ["outcome"], registry=r
         )
+        for outcome in ("ok", "error"):
+            self.results_published.labels(outcome)
+            self.store_writes.labels(outcome)
         self.rolling = RollingMeans(rolling_window_seconds)
         r.register(self.rolling)
 
