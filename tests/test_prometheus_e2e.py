@@ -66,18 +66,17 @@ def _free_port() -> int:
         return port
 
 
+def _walk(name: str, panels: list[dict[str, Any]]) -> Iterator[tuple[str, str, str]]:
+    for panel in panels:
+        for target in panel.get("targets", []):
+            if target.get("expr"):
+                yield name, panel.get("title", "?"), target["expr"]
+        yield from _walk(name, panel.get("panels", []))
+
+
 def _panel_queries() -> Iterator[tuple[str, str, str]]:
     for path in sorted((REPO / "dashboards").glob("*.json")):
-        dashboard = json.loads(path.read_text())
-
-        def walk(panels: list[dict[str, Any]]) -> Iterator[tuple[str, str, str]]:
-            for panel in panels:
-                for target in panel.get("targets", []):
-                    if target.get("expr"):
-                        yield path.name, panel.get("title", "?"), target["expr"]
-                yield from walk(panel.get("panels", []))
-
-        yield from walk(dashboard["panels"])
+        yield from _walk(path.name, json.loads(path.read_text())["panels"])
 
 
 def _concrete(expr: str) -> str:
