@@ -157,11 +157,13 @@ async def _score_traces(
     from monitor.offline import Summary
 
     assert isinstance(summary, Summary)
-    if evaluator == "ragas":
-        raise SystemExit("rag-monitor: the ragas evaluator is not available in this version")
-    if evaluator == "llm" and not settings.judge.active:
-        raise SystemExit(
-            "rag-monitor: --evaluator llm needs judge.base_url (RAGMON_JUDGE__BASE_URL)"
+    if evaluator in ("llm", "ragas"):
+        if not settings.judge.active:
+            raise SystemExit(
+                f"rag-monitor: --evaluator {evaluator} needs judge.base_url (RAGMON_JUDGE__BASE_URL)"
+            )
+        settings = settings.model_copy(
+            update={"judge": settings.judge.model_copy(update={"backend": evaluator})}
         )
     if evaluator == "heuristic":
         settings = settings.model_copy(
@@ -169,7 +171,7 @@ async def _score_traces(
         )
     async with AsyncExitStack() as stack:
         stage = await build_scoring_stage(
-            settings, Metrics(), stack, None, judge_everything=evaluator == "llm"
+            settings, Metrics(), stack, None, judge_everything=evaluator != "heuristic"
         )
         processor = stage.processor
         stack.push_async_callback(stage.tracker.flush)

@@ -22,6 +22,7 @@ from monitor.conversation import ConversationMetrics, ConversationTracker
 from monitor.evaluate.heuristic import HeuristicEvaluator
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.llm import LLMJudge
+from monitor.evaluate.ragas_adapter import RagasEvaluator  # imports ragas only when built
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.sampler import Sampler
 from monitor.export.http import HttpServer, Probes, build_app
@@ -292,9 +293,13 @@ async def build_scoring_stage(
         metrics.registry, metrics.agent_label, settings.scoring.rolling_window_seconds
     )
     redactor = Redactor(settings.judge.redaction)
-    judge = None
+    judge: LLMJudge | RagasEvaluator | None = None
     if settings.judge.active:
-        judge = LLMJudge(settings.judge, JudgeMetrics(metrics.registry))
+        judge_metrics = JudgeMetrics(metrics.registry)
+        if settings.judge.backend == "ragas":
+            judge = RagasEvaluator(settings.judge, judge_metrics)
+        else:
+            judge = LLMJudge(settings.judge, judge_metrics)
         stack.push_async_callback(judge.aclose)
     processor = ScoringProcessor(
         tier0=HeuristicEvaluator(must_not_contain=settings.scoring.must_not_contain),
@@ -311,7 +316,7 @@ async def build_scoring_stage(
         settings.conversations,
         ConversationMetrics(metrics.registry, metrics.agent_label),
         store=store,
-        judge=judge,
+        judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
     )
     processor.observers.append(tracker.observe)
     return ScoringStage(processor, store, tracker)

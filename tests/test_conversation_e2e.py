@@ -16,7 +16,7 @@ from monitor.multiturn import summarize_agents
 from monitor.store import Store, turns_since
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
-from tests.support.traces import RunningDaemon, encode, wait_for
+from tests.support.traces import RunningDaemon, encode, scoring_settings, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -55,20 +55,7 @@ def _turn(turn: int) -> dict[str, Any]:
 
 
 def _settings(broker: KafkaBroker, prefix: str, db: Path) -> Settings:
-    return Settings.model_validate(
-        {
-            "kafka": {
-                "bootstrap_servers": broker.bootstrap,
-                "topics": [f"{prefix}.in"],
-                "group_id": f"{prefix}.g",
-                "dlq_topic": f"{prefix}.dlq",
-                "commit_interval_seconds": 0.2,
-            },
-            "http": {"host": "127.0.0.1", "port": 0},
-            "store": {"url": f"sqlite+aiosqlite:///{db}"},
-            "results": {"topic": None},
-        }
-    )
+    return scoring_settings(broker.bootstrap, prefix, db)
 
 
 async def _stored_turns(db: Path) -> dict[int, dict[str, Any]]:

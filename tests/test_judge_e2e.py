@@ -16,35 +16,26 @@ from monitor.store import Store
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
 from tests.support.openai_server import OpenAIServer
-from tests.support.traces import RunningDaemon, encode, native_trace, wait_for
+from tests.support.traces import RunningDaemon, encode, native_trace, scoring_settings, wait_for
 
 pytestmark = pytest.mark.kafka
 
 
 def _settings(broker: KafkaBroker, prefix: str, db: Path, judge_url: str, **judge: Any) -> Settings:
-    return Settings.model_validate(
-        {
-            "kafka": {
-                "bootstrap_servers": broker.bootstrap,
-                "topics": [f"{prefix}.in"],
-                "group_id": f"{prefix}.g",
-                "dlq_topic": f"{prefix}.dlq",
-                "commit_interval_seconds": 0.2,
-            },
-            "http": {"host": "127.0.0.1", "port": 0},
-            "store": {"url": f"sqlite+aiosqlite:///{db}"},
-            "results": {"topic": None},
-            "sampling": {"rate": 1.0},
-            "judge": {
-                "base_url": judge_url,
-                "api_key": "sk-test-secret-key-123456",
-                "timeout_seconds": 2,
-                "max_retries": 0,
-                "circuit_failure_threshold": 3,
-                "circuit_reset_seconds": 1,
-                **judge,
-            },
-        }
+    return scoring_settings(
+        broker.bootstrap,
+        prefix,
+        db,
+        sampling={"rate": 1.0},
+        judge={
+            "base_url": judge_url,
+            "api_key": "sk-test-secret-key-123456",
+            "timeout_seconds": 2,
+            "max_retries": 0,
+            "circuit_failure_threshold": 3,
+            "circuit_reset_seconds": 1,
+            **judge,
+        },
     )
 
 

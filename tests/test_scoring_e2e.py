@@ -12,7 +12,7 @@ from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce, read_all
-from tests.support.traces import RunningDaemon, encode, native_trace
+from tests.support.traces import RunningDaemon, encode, native_trace, scoring_settings
 
 pytestmark = pytest.mark.kafka
 
@@ -33,20 +33,7 @@ INVENTED = native_trace(
 
 
 def _settings(broker: KafkaBroker, prefix: str, db: Path) -> Settings:
-    return Settings.model_validate(
-        {
-            "kafka": {
-                "bootstrap_servers": broker.bootstrap,
-                "topics": [f"{prefix}.in"],
-                "group_id": f"{prefix}.g",
-                "dlq_topic": f"{prefix}.dlq",
-                "commit_interval_seconds": 0.2,
-            },
-            "http": {"host": "127.0.0.1", "port": 0},
-            "store": {"url": f"sqlite+aiosqlite:///{db}"},
-            "results": {"topic": f"{prefix}.results"},
-        }
-    )
+    return scoring_settings(broker.bootstrap, prefix, db, results_topic=f"{prefix}.results")
 
 
 async def test_a_trace_gets_a_stored_published_and_exported_result(

@@ -11,6 +11,7 @@ configuration dump (``check-config``) masks them and nothing that formats the mo
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -46,6 +47,11 @@ class JudgeConfig(_Section):
     """An OpenAI-compatible chat endpoint (OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp)."""
 
     enabled: bool = False
+    backend: Literal["llm", "ragas"] = Field(
+        default="llm",
+        description="llm: rag-monitor's own prompts (at most 2 calls); ragas: ragas's prompts "
+        "(pip install 'rag-monitor[ragas]')",
+    )
     base_url: str | None = Field(
         default=None, description="e.g. https://api.openai.com/v1 or http://vllm:8000/v1"
     )

@@ -15,6 +15,16 @@ What each request gets, first match wins:
    `unsupported_marker` are unsupported, context sentences containing `irrelevant_marker` are
    neither useful nor relevant; everything else is supported / useful / relevant.
 
+``POST /v1/embeddings`` (also ``/embeddings`` and Azure's
+``/openai/deployments/{deployment}/embeddings``) answers with deterministic vectors: hashed
+bags of words (and CJK character bigrams), L2-normalised, so texts sharing words have a high
+cosine similarity. Embedding requests are recorded in :attr:`OpenAIServer.requests` too
+(``Received.embedding`` is True). They consult the `script` (a :class:`Reply` with a status,
+delay, drop or whole `body` is honoured; a `content` list of vectors is sent as the
+embeddings) but never the queue of pushed replies, which stays for chat. Usage is reported
+like chat's (characters / 4 + 1 prompt tokens, no completion tokens); ``encoding_format``
+float and base64 (the openai client's default) are both served.
+
 A :class:`Reply` can be JSON content, raw (malformed) content, a truncated reply with
 ``finish_reason="length"``, an HTTP error status with headers (``Retry-After``), a delay, or a
 dropped connection. Every request's path, headers and JSON body are recorded in
@@ -30,10 +40,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hashlib
 import inspect
 import itertools
 import json
+import math
 import re
+import struct
 import threading
 import time
 from collections import deque
@@ -47,6 +61,8 @@ from aiohttp import web
 TASKS = ("ragmon_faithfulness", "ragmon_relevance", "ragmon_turn")
 _DATA_RE = re.compile(r"<data>\n?(.*?)\n?</data>", re.S)
 _SENTENCE_RE = re.compile("(?<=[.!?])\\s+|(?<=[\u3002\uff01\uff1f])\\s*")
+EMBEDDING_DIMENSIONS = 256
+_CJK_RE = re.compile("[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]+")
 
 
 @dataclass
@@ -94,6 +110,19 @@ class Received:
     body: dict[str, Any]
     at: float  # time.monotonic() on arrival
     usage: dict[str, int] | None = None  # what the server reported back, when it answered 200
+
+    @property
+    def embedding(self) -> bool:
+        """Whether this is an embeddings request (not a chat completion)."""
+        return self.path.endswith("/embeddings")
+
+    @property
+    def inputs(self) -> list[str]:
+        """An embeddings request's input texts."""
+        value = self.body.get("input")
+        if isinstance(value, str):
+            return [value]
+        return [str(v) for v in value] if isinstance(value, list) else []
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -161,6 +190,27 @@ def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"\w+", text.lower()) if len(w) > 2}
 
 
+def embed(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
+    """A deterministic unit vector for `text`: hashed counts of its words longer than 2
+    characters and their 5-letter stems, and of the character bigrams of its CJK runs. The
+    components are counts (never negative), so the cosine of two texts is in [0, 1] and grows
+    with the words they share."""
+    features: list[str] = []
+    for w in re.findall(r"\w+", text.lower()):
+        if len(w) > 2 and not _CJK_RE.match(w):
+            features.extend((w, f"{w[:5]}~"))
+    for run in _CJK_RE.findall(text):
+        features.extend(run[i : i + 2] for i in range(max(1, len(run) - 1)))
+    vector = [0.0] * dimensions
+    for feature in features:
+        digest = hashlib.blake2b(feature.encode(), digest_size=4).digest()
+        vector[int.from_bytes(digest, "little") % dimensions] += 1.0
+    norm = math.sqrt(sum(v * v for v in vector))
+    if norm == 0.0:
+        vector[0], norm = 1.0, 1.0
+    return [v / norm for v in vector]
+
+
 class OpenAIServer:
     def __init__(
         self,
@@ -203,6 +253,9 @@ class OpenAIServer:
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/chat/completions", self._handle)
         app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._handle)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/embeddings", self._embeddings)
+        app.router.add_post("/openai/deployments/{deployment}/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
@@ -286,7 +339,7 @@ class OpenAIServer:
             {"object": "list", "data": [{"id": self.model, "object": "model"}]}
         )
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _receive(self, request: web.Request) -> Received:
         raw = await request.read()
         try:
             body = json.loads(raw)
@@ -300,6 +353,52 @@ class OpenAIServer:
             at=time.monotonic(),
         )
         self.requests.append(received)
+        return received
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        received = await self._receive(request)
+        reply = Reply()
+        if self.script is not None:
+            out = self.script(received)
+            if inspect.isawaitable(out):
+                out = await out
+            if out is not None:
+                reply = out
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.drop:
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        if reply.status != 200 or reply.body is not None:
+            error = reply.body or {
+                "error": {"message": f"scripted status {reply.status}", "type": "server_error"}
+            }
+            return web.json_response(error, status=reply.status, headers=reply.headers)
+        texts = received.inputs
+        vectors = reply.content if isinstance(reply.content, list) else [embed(t) for t in texts]
+        as_base64 = received.body.get("encoding_format") == "base64"
+        data = []
+        for i, vector in enumerate(vectors):
+            values = [float(v) for v in vector]
+            encoded: Any = values
+            if as_base64:
+                encoded = base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": encoded})
+        prompt_tokens = sum(len(t) for t in texts) // 4 + 1
+        received.usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0}
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": str(received.body.get("model") or self.model),
+                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+            },
+            headers=reply.headers,
+        )
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        received = await self._receive(request)
         reply = await self._decide(received)
         if reply.delay:
             await asyncio.sleep(reply.delay)

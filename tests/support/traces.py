@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from monitor.config import Settings
@@ -105,3 +106,25 @@ class RunningDaemon:
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
+
+
+def scoring_settings(
+    bootstrap: str, prefix: str, db: Path, results_topic: str | None = None, **sections: Any
+) -> Settings:
+    """Settings of a daemon with the scoring stage: topics `<prefix>.in` / `.dlq`, a SQLite
+    store at `db`, a free HTTP port; `sections` are merged over that (e.g. judge={...})."""
+    values: dict[str, Any] = {
+        "kafka": {
+            "bootstrap_servers": bootstrap,
+            "topics": [f"{prefix}.in"],
+            "group_id": f"{prefix}.g",
+            "dlq_topic": f"{prefix}.dlq",
+            "commit_interval_seconds": 0.2,
+        },
+        "http": {"host": "127.0.0.1", "port": 0},
+        "store": {"url": f"sqlite+aiosqlite:///{db}"},
+        "results": {"topic": results_topic},
+    }
+    for name, section in sections.items():
+        values[name] = {**values.get(name, {}), **section}
+    return Settings.model_validate(values)

@@ -1,0 +1,82 @@
+"""`rag-monitor score`: a file of traces scored offline, with tier 0 or a judge."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.openai_server import OpenAIServer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _score(
+    tmp_path: Path, evaluator: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
+    output = tmp_path / "results.jsonl"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
+    full_env.update({"RAGMON_STORE__URL": f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", **env})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor.cli",
+            "score",
+            "--input",
+            "examples/traces.jsonl",
+            "--output",
+            str(output),
+            "--evaluator",
+            evaluator,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full_env,
+    )
+    rows = [json.loads(line) for line in output.read_text().splitlines()] if output.exists() else []
+    return result, rows
+
+
+def test_heuristic_scoring_writes_results_turns_and_a_summary(tmp_path: Path) -> None:
+    result, rows = _score(tmp_path, "heuristic")
+    assert result.returncode == 0, result.stderr
+    assert "scored 6 traces (1 rejected lines)" in result.stdout
+    assert {r["evaluator"] for r in rows} == {"heuristic"} and len(rows) == 6
+    invented = next(r for r in rows if r["conversation_id"] == "c-101")
+    assert invented["scores"]["faithfulness"]["value"] < 1.0
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        turns = db.execute("SELECT count(*) FROM conversation_turns").fetchone()[0]
+    assert turns == 6, "the same conversation tracking as the daemon"
+    assert '"line": 7' in result.stderr, "the malformed line is reported with its number"
+
+
+@pytest.mark.parametrize("evaluator", ["llm"])
+def test_judge_scoring_judges_every_trace(tmp_path: Path, evaluator: str) -> None:
+    server = OpenAIServer()
+    server.start_in_thread()
+    try:
+        result, rows = _score(
+            tmp_path,
+            evaluator,
+            RAGMON_JUDGE__BASE_URL=server.url,
+            RAGMON_JUDGE__API_KEY="sk-offline-test",
+        )
+    finally:
+        server.stop_in_thread()
+    assert result.returncode == 0, result.stderr
+    judged = [r for r in rows if r["evaluator"] == evaluator]
+    assert len(judged) == 6, "offline scoring samples every trace"
+    assert "sk-offline-test" not in result.stdout + result.stderr
+
+
+def test_a_judge_evaluator_needs_an_endpoint(tmp_path: Path) -> None:
+    result, _ = _score(tmp_path, "llm")
+    assert result.returncode != 0 and "RAGMON_JUDGE__BASE_URL" in result.stderr
