@@ -160,7 +160,8 @@ async def _score_traces(
     if evaluator in ("llm", "ragas"):
         if not settings.judge.active:
             raise SystemExit(
-                f"rag-monitor: --evaluator {evaluator} needs judge.base_url (RAGMON_JUDGE__BASE_URL)"
+                f"rag-monitor: --evaluator {evaluator} needs judge.base_url"
+                " (RAGMON_JUDGE__BASE_URL)"
             )
         settings = settings.model_copy(
             update={"judge": settings.judge.model_copy(update={"backend": evaluator})}
