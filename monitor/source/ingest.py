@@ -38,7 +38,8 @@ from monitor.telemetry import context_from_headers
 
 log = structlog.get_logger(__name__)
 
-MAX_EXEMPLAR_ID_CHARS = 64  # OpenMetrics caps exemplar labels at 128 characters in all
+MAX_EXEMPLAR_ID_CHARS = 64
+BATCH_WORKERS = 32  # OpenMetrics caps exemplar labels at 128 characters in all
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +179,19 @@ class Ingest:
         task.add_done_callback(self._tasks.discard)
 
     async def _process_batch(self, work: list[_Work]) -> None:
-        # Concurrent within the batch: sinks (store, results topic, judge) are I/O-bound.
-        await asyncio.gather(*(self._process_and_release(item) for item in work))
+        # Concurrent within the batch (the sinks are I/O-bound), through a few workers rather
+        # than a task per trace: task creation would cost more than the decoding.
+        items = iter(work)
+
+        async def worker() -> None:
+            for item in items:
+                await self._process_and_release(item)
+
+        workers = min(len(work), BATCH_WORKERS)
+        if workers == 1:
+            await worker()
+        else:
+            await asyncio.gather(*(worker() for _ in range(workers)))
 
     async def _process_and_release(self, item: _Work) -> None:
         try:
