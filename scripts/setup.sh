@@ -28,7 +28,7 @@ if ((${#missing[@]})); then
     fi
 fi
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+python3 -m pip install --quiet --disable-pip-version-check -e '.[dev,ragas]'
 scripts/setup-kafka.sh
 scripts/setup-postgres.sh
 scripts/setup-ops.sh        # prometheus + promtool for the rule and end-to-end tests
