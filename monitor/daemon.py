@@ -90,6 +90,7 @@ class Daemon:
         self._heartbeat = time.monotonic()
         self._last_maintenance = time.monotonic()
         self._kafka: KafkaSource | None = None
+        self._active_ingest: Ingest | None = None
         self._file_running = False
         self.http: HttpServer | None = None
         self.started = asyncio.Event()
@@ -101,9 +102,12 @@ class Daemon:
 
     def _healthy(self) -> tuple[bool, str]:
         stalled = time.monotonic() - self._heartbeat
-        if stalled > self.settings.http.health_stall_seconds:
-            return False, f"consume loop stalled for {stalled:.0f}s"
-        return True, "ok"
+        if stalled <= self.settings.http.health_stall_seconds:
+            return True, "ok"
+        if self._active_ingest is not None and self._active_ingest.waiting_for_capacity:
+            # Held up by a slow sink, not stuck: a restart would not help.
+            return True, "waiting for in-flight traces to finish (backpressure)"
+        return False, f"consume loop stalled for {stalled:.0f}s"
 
     def _ready(self) -> tuple[bool, str]:
         if self._stop.is_set():
@@ -115,6 +119,10 @@ class Daemon:
         assigned = self._kafka.assignment
         if not assigned:
             return False, "no partitions assigned"
+        if not self._kafka.coordinator_known:
+            return False, "group coordinator unreachable (broker outage?)"
+        if self.store is not None and self.store.unavailable_since is not None:
+            return False, "results store unavailable"
         return True, f"{len(assigned)} partitions assigned"
 
     async def run(self) -> int:
@@ -198,7 +206,7 @@ class Daemon:
 
     def _ingest(self, dead_letters: DeadLetterSink, tracer: Tracer | None) -> Ingest:
         kafka = self.settings.kafka
-        return Ingest(
+        self._active_ingest = Ingest(
             input_format=kafka.format,
             max_message_bytes=kafka.max_message_bytes,
             processor=self.processor,
@@ -210,6 +218,7 @@ class Daemon:
             assembly_window_seconds=kafka.otlp_assembly_window_seconds,
             max_pending_traces=kafka.otlp_max_pending_traces,
         )
+        return self._active_ingest
 
     async def _run_kafka(self, kafka: KafkaSource, ingest: Ingest) -> int:
         self.started.set()

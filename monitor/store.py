@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from monitor.models import EvaluationResult
@@ -96,6 +98,15 @@ golden_runs_table = Table(
 # by metadata.create_all; later versions append DDL here and never edit earlier entries.
 MIGRATIONS: list[list[str]] = [[]]
 MAX_TEXT_CHARS = 4000
+RETRY_MIN_SECONDS = 0.5
+RETRY_MAX_SECONDS = 30.0
+
+
+def _transient(exc: BaseException) -> bool:
+    """Connection trouble (retry) as opposed to a batch the database rejects (give up)."""
+    if isinstance(exc, OSError | TimeoutError | OperationalError | InterfaceError):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 class StoreError(Exception):
@@ -127,6 +138,7 @@ class Store:
         self._wakeup = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._closed = False
+        self.unavailable_since: float | None = None
 
     @classmethod
     async def open(cls, url: str, **kwargs: Any) -> Store:
@@ -186,6 +198,7 @@ class Store:
         await done
 
     async def _write_loop(self) -> None:
+        delay = RETRY_MIN_SECONDS
         while True:
             if not self._queue:
                 if self._closed:
@@ -194,28 +207,46 @@ class Store:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), self._flush_seconds)
                 continue
-            batch, self._queue = self._queue[: self._batch_size], self._queue[self._batch_size :]
+            batch = self._queue[: self._batch_size]
             try:
-                async with self._engine.begin() as conn:
-                    by_table: dict[str, tuple[Table, list[dict[str, Any]]]] = {}
-                    for pending in batch:
-                        by_table.setdefault(pending.table.name, (pending.table, []))[1].append(
-                            pending.row
-                        )
-                    for table, rows in by_table.values():
-                        await self._upsert(conn, table, rows)
+                await self._write(batch)
             except Exception as exc:
-                log.warning("store write failed", error=f"{type(exc).__name__}: {exc}"[:500])
+                if _transient(exc) and not self._closed:
+                    # The database is away: keep the batch and retry. The traces stay unfinished
+                    # meanwhile, so reading waits instead of dead-lettering good results.
+                    self.unavailable_since = self.unavailable_since or time.monotonic()
+                    log.warning(
+                        "store unavailable; retrying",
+                        error=type(exc).__name__,
+                        retry_in_s=round(delay, 1),
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX_SECONDS)
+                    continue
+                del self._queue[: len(batch)]
+                log.warning("store rejected a batch", error=type(exc).__name__, rows=len(batch))
                 for pending in batch:
                     if not pending.done.done():
-                        pending.done.set_exception(StoreError(f"store write failed: {exc}"))
-                await asyncio.sleep(0.5)
+                        pending.done.set_exception(
+                            StoreError(f"store write failed: {type(exc).__name__}")
+                        )
                 continue
+            del self._queue[: len(batch)]
+            self.unavailable_since = None
+            delay = RETRY_MIN_SECONDS
             for pending in batch:
                 if not pending.done.done():
                     pending.done.set_result(None)
             if not self._queue:
                 await asyncio.sleep(self._flush_seconds)
+
+    async def _write(self, batch: list[_Pending]) -> None:
+        async with self._engine.begin() as conn:
+            by_table: dict[str, tuple[Table, list[dict[str, Any]]]] = {}
+            for pending in batch:
+                by_table.setdefault(pending.table.name, (pending.table, []))[1].append(pending.row)
+            for table, rows in by_table.values():
+                await self._upsert(conn, table, rows)
 
     async def _upsert(
         self, conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]

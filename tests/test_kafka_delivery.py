@@ -172,7 +172,11 @@ async def test_the_daemon_reconnects_after_the_broker_restarts_and_loses_nothing
     batch1 = [native_trace(i) for i in range(150)]
     await produce(private_broker.bootstrap, topic, [encode(t) for t in batch1])
     await wait_for(lambda: len(stage.finished) >= 20, 60, "consumption under way")
-    await asyncio.to_thread(private_broker.restart)
+    await asyncio.to_thread(private_broker.stop)
+    daemon = running.daemon
+    await wait_for(lambda: not daemon._ready()[0], 60, "/readyz to report the outage")
+    assert daemon._healthy()[0], "liveness does not depend on Kafka"
+    await asyncio.to_thread(private_broker.start)
     batch2 = [native_trace(i) for i in range(150, 300)]
     await produce(private_broker.bootstrap, topic, [encode(t) for t in batch2])
     everything = {t["trace_id"] for t in batch1 + batch2}
@@ -187,4 +191,5 @@ async def test_the_daemon_reconnects_after_the_broker_restarts_and_loses_nothing
         return sum(offsets.values()) == 300
 
     await wait_for(committed_to_end, 60, "offsets committed after the restart")
+    await wait_for(lambda: daemon._ready()[0], 60, "ready again after the outage")
     assert await running.stop() == 0

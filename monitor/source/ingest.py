@@ -74,6 +74,7 @@ class Ingest:
         self._max_in_flight = max_in_flight
         self._in_flight = 0
         self._capacity = asyncio.Event()
+        self._waiting = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._assembler: TraceAssembler[RawMessage] = TraceAssembler(
             window_seconds=assembly_window_seconds, max_pending_traces=max_pending_traces
@@ -168,10 +169,19 @@ class Ingest:
             self._decoded_otlp.inc(len(work))
             await self._dispatch(work)
 
+    @property
+    def waiting_for_capacity(self) -> bool:
+        """Reading is paused because `max_in_flight` traces are unfinished (backpressure)."""
+        return self._waiting
+
     async def _dispatch(self, work: list[_Work]) -> None:
         while self._in_flight and self._in_flight + len(work) > self._max_in_flight:
             self._capacity.clear()
-            await self._capacity.wait()
+            self._waiting = True
+            try:
+                await self._capacity.wait()
+            finally:
+                self._waiting = False
         self._in_flight += len(work)
         self._metrics.in_flight.set(self._in_flight)
         task = asyncio.create_task(self._process_batch(work))

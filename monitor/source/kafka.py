@@ -86,6 +86,16 @@ class KafkaSource:
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
 
+    @property
+    def coordinator_known(self) -> bool:
+        """False while the group coordinator is unreachable (aiokafka marks it dead then).
+
+        aiokafka keeps the assignment through a broker outage, so this is what tells readiness
+        that consumption has stopped.
+        """
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        return getattr(coordinator, "coordinator_id", None) is not None
+
     async def fetch(self, timeout_ms: int = 500) -> list[RawMessage]:
         batches = await self._consumer.getmany(
             timeout_ms=timeout_ms, max_records=self._config.fetch_max_records
