@@ -207,9 +207,14 @@ class ConversationTracker:
                 if verdicts.get(verdict.constraint_id, verdict).status == "unmeasured":
                     verdicts[verdict.constraint_id] = verdict
             withdrawn = set(judgement.withdrawn)
+            for constraint_id in withdrawn:  # withdrawn in this very turn: no longer active
+                verdicts.pop(constraint_id, None)
             carried = [c for c in conv.carried if c.id not in withdrawn]
             known = {c.id for c in carried}
-            carried += [c for c in judgement.new_constraints if c.id not in known]
+            for constraint in judgement.new_constraints:  # stated now: this answer owes it too
+                if constraint.id not in known and constraint.id not in verdicts:
+                    carried.append(constraint)
+                    verdicts[constraint.id] = check_constraint(constraint, trace.answer)
             conv.carried = carried[-MAX_CARRIED_CONSTRAINTS:]
             outcomes = {k: v for k, v in judgement.outcomes.items() if v is not None}
         return list(verdicts.values()), outcomes
