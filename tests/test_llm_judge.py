@@ -4,7 +4,6 @@ Every test starts its own scripted server on a free loopback port (tests/support
 and points an :class:`LLMJudge` at it; nothing of the client is mocked.
 """
 
-# ruff: noqa: RUF001
 from __future__ import annotations
 
 import asyncio

@@ -1,6 +1,5 @@
 """Redaction before anything leaves the process: positive and negative examples per detector."""
 
-# ruff: noqa: RUF001
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001
 """Prompts, output schemas and output parsing of the LLM judge (English and Japanese).
 
 Call budget per judged trace: at most two chat calls, run concurrently.

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF002
 """Redaction of personal data and secrets before any text leaves the process.
 
 :class:`Redactor` finds, in this order, and replaces every match with one placeholder
