@@ -60,6 +60,56 @@ GOLDEN_METRICS = {
 AGENT = 'agent=~"$agent"'
 EVALUATOR = 'evaluator=~"$evaluator"'
 
+# The store read through Grafana's PostgreSQL data source (docs/review.md, "Grafana: a table panel
+# over the store"): the worst recent answers, next to the metrics that raised the alert.
+STORE_DS: dict[str, str] = {"type": "grafana-postgresql-datasource", "uid": "${store}"}
+REVIEW_METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_relevancy")
+# The agents the store holds within the time range. A variable of its own rather than `$agent`:
+# that one's All value is the custom regex `.*`, which Grafana inserts unformatted (so
+# `${agent:sqlstring}` would read `IN (.*)`), and its regex format does not escape SQL quotes.
+# Without a custom All value, All expands to every listed agent, each quoted by `:sqlstring`.
+STORE_AGENTS_SQL = (
+    "SELECT DISTINCT agent FROM evaluation_results WHERE $__timeFilter(timestamp) ORDER BY 1"
+)
+# The "Table panel query" of docs/review.md, with `${agent:sqlstring}` read from the store-side
+# variable `store_agent` (tests/test_dashboards.py checks that the two stay the same).
+WORST_ANSWERS_SQL = """\
+SELECT
+  r.timestamp AS "time",
+  r.agent,
+  r.evaluator,
+  r.trace_id,
+  (r.result::jsonb -> 'scores' -> ${metric:sqlstring} ->> 'value')::float AS score,
+  r.faithfulness,
+  r.answer_relevancy,
+  r.context_precision,
+  left(r.query, 200) AS question,
+  left(r.answer, 300) AS answer_excerpt,
+  (SELECT string_agg(s.value ->> 'statement', ' | ' ORDER BY s.ord)
+     FROM jsonb_array_elements(r.result::jsonb -> 'statements') WITH ORDINALITY AS s(value, ord)
+    WHERE NOT (s.value ->> 'supported')::boolean) AS unsupported_claims,
+  (SELECT string_agg(c.id || ' (' || c.status || ')', ', ' ORDER BY c.id)
+     FROM (SELECT v ->> 'constraint_id' AS id, v ->> 'status' AS status
+             FROM jsonb_array_elements(r.result::jsonb -> 'constraints') AS v
+           UNION
+           SELECT v ->> 'constraint_id', v ->> 'status'
+             FROM conversation_turns AS t,
+                  jsonb_array_elements(t.detail::jsonb -> 'constraints') AS v
+            WHERE t.conversation_id = r.conversation_id AND t.trace_id = r.trace_id) AS c
+    WHERE c.status IN ('violated', 'omitted')) AS violated_constraints
+FROM evaluation_results AS r
+WHERE $__timeFilter(r.timestamp)
+  AND r.agent IN (${store_agent:sqlstring})
+  AND (r.result::jsonb -> 'scores' -> ${metric:sqlstring} ->> 'value') IS NOT NULL
+ORDER BY score ASC, r.timestamp DESC
+LIMIT 50
+"""
+# The trace id's data link: the answer on the review page, with its reasons and flags.
+REVIEW_ANSWER_URL = (
+    "${review_url}/review?since=${__from:date:iso}&metric=${metric}"
+    "&agent=${__data.fields.agent}&worst=200#trace-${__data.fields.trace_id}"
+)
+
 
 # --- PromQL builders ------------------------------------------------------------------------------
 
@@ -261,6 +311,82 @@ def table(
     }
 
 
+def store_table(
+    title: str, sql: str, *, description: str = "", width: int = 24, height: int = 14
+) -> dict[str, Any]:
+    """A table of rows the SQL query reads from the store (PostgreSQL data source `$store`)."""
+    scores = {
+        "matcher": {
+            "id": "byRegexp",
+            "options": "^(score|faithfulness|answer_relevancy|context_precision)$",
+        },
+        "properties": [
+            {"id": "unit", "value": "percentunit"},
+            {"id": "decimals", "value": 2},
+            {"id": "min", "value": 0},
+            {"id": "max", "value": 1},
+            {"id": "custom.cellOptions", "value": {"type": "color-background"}},
+            {"id": "color", "value": {"mode": "thresholds"}},
+            {
+                "id": "thresholds",
+                "value": {
+                    "mode": "absolute",
+                    "steps": [
+                        {"color": "red", "value": None},
+                        {"color": "orange", "value": 0.5},
+                        {"color": "green", "value": 0.8},
+                    ],
+                },
+            },
+            {"id": "noValue", "value": "unmeasured"},  # NULL: not computed, never 0
+        ],
+    }
+    wrapped = {
+        "matcher": {
+            "id": "byRegexp",
+            "options": "^(question|answer_excerpt|unsupported_claims|violated_constraints)$",
+        },
+        "properties": [{"id": "custom.cellOptions", "value": {"type": "auto", "wrapText": True}}],
+    }
+    trace_link = {
+        "matcher": {"id": "byName", "options": "trace_id"},
+        "properties": [
+            {
+                "id": "links",
+                "value": [
+                    {
+                        "title": "Open this answer on the review page",
+                        "url": REVIEW_ANSWER_URL,
+                        "targetBlank": True,
+                    }
+                ],
+            }
+        ],
+    }
+    return {
+        "type": "table",
+        "title": title,
+        "description": description,
+        "datasource": STORE_DS,
+        "targets": [
+            {
+                "datasource": STORE_DS,
+                "editorMode": "code",
+                "format": "table",
+                "rawQuery": True,
+                "rawSql": sql.strip(),
+                "refId": "A",
+            }
+        ],
+        "fieldConfig": {
+            "defaults": {"custom": {"cellOptions": {"type": "auto"}}},
+            "overrides": [scores, wrapped, trace_link],
+        },
+        "options": {"showHeader": True, "cellHeight": "sm", "sortBy": []},
+        "_size": (width, height),
+    }
+
+
 def bargauge(
     title: str,
     expr: str,
@@ -406,6 +532,60 @@ def review_url_variable() -> dict[str, Any]:
         "options": [
             {"selected": True, "text": REVIEW_URL_PLACEHOLDER, "value": REVIEW_URL_PLACEHOLDER}
         ],
+        "hide": 0,
+    }
+
+
+def store_variable() -> dict[str, Any]:
+    return {
+        "name": "store",
+        "label": "Store (PostgreSQL)",
+        "type": "datasource",
+        "description": "The PostgreSQL data source on the daemon's store, with a read-only role "
+        "(docs/review.md).",
+        "query": "grafana-postgresql-datasource",
+        "current": {},
+        "hide": 0,
+        "refresh": 1,
+        "regex": "",
+        "options": [],
+    }
+
+
+def store_agent_variable() -> dict[str, Any]:
+    return {
+        "name": "store_agent",
+        "label": "Agent (store)",
+        "type": "query",
+        "description": "Agents in the store within the time range; filters the store's table.",
+        "datasource": STORE_DS,
+        "definition": STORE_AGENTS_SQL,
+        "query": STORE_AGENTS_SQL,
+        "refresh": 2,
+        "sort": 1,
+        "multi": True,
+        "includeAll": True,  # no custom All value: All lists every agent, quoted by :sqlstring
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "hide": 0,
+        "regex": "",
+        "options": [],
+    }
+
+
+def review_metric_variable(default: str = "faithfulness") -> dict[str, Any]:
+    return {
+        "name": "metric",
+        "label": "Worst by",
+        "type": "custom",
+        "description": "The metric the store's table ranks answers by, worst first.",
+        "query": ",".join(REVIEW_METRICS),
+        "current": {"selected": True, "text": default, "value": default},
+        "options": [
+            {"selected": choice == default, "text": choice, "value": choice}
+            for choice in REVIEW_METRICS
+        ],
+        "multi": False,
+        "includeAll": False,
         "hide": 0,
     }
 
@@ -717,6 +897,19 @@ def quality_overview() -> dict[str, Any]:
             description="Value #A: mean score; Value #B: number of scores in the window.",
         ),
     ]
+
+    panels.append(row("Worst answers ($metric, from the store)"))
+    panels.append(
+        store_table(
+            "Worst answers (from the store)",
+            WORST_ANSWERS_SQL,
+            description="The worst answers by $metric within the time range, read from the "
+            "daemon's PostgreSQL store through the data source $store (a read-only role, see "
+            "docs/review.md). Unmeasured scores are never listed and never shown as 0. The "
+            "trace id opens the answer on the review page; the agent filter is $store_agent, "
+            "the store's own list of agents.",
+        )
+    )
     return dashboard(
         "ragmon-quality",
         "rag-monitor / Quality overview",
@@ -728,6 +921,9 @@ def quality_overview() -> dict[str, Any]:
             evaluator_variable(),
             window_variable(),
             review_url_variable(),
+            store_variable(),
+            store_agent_variable(),
+            review_metric_variable(),
         ],
         panels,
         review_query="since=1h&metric=faithfulness&worst=20",
@@ -1368,16 +1564,34 @@ DASHBOARDS = {
 
 
 def expressions(board: dict[str, Any]) -> list[tuple[str, str]]:
-    """(where, PromQL) for every panel query and every query variable of a dashboard."""
+    """(where, PromQL) for every Prometheus panel query and query variable of a dashboard.
+
+    SQL targets (`rawSql`) and query variables on the store's PostgreSQL data source are not
+    PromQL: `sql_queries` lists those.
+    """
     found = []
     for panel in board["panels"]:
         for t in panel.get("targets", []):
-            found.append((f"panel {panel['title']!r} {t['refId']}", t["expr"]))
+            if "rawSql" not in t:
+                found.append((f"panel {panel['title']!r} {t['refId']}", t["expr"]))
     for variable in board["templating"]["list"]:
-        if variable["type"] == "query":
+        if variable["type"] == "query" and variable["datasource"] == DS:
             query = variable["query"]["query"]
             inner = query.removeprefix("label_values(").removesuffix(")").split(",")[0]
             found.append((f"variable {variable['name']}", inner.strip()))
+    return found
+
+
+def sql_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
+    """(where, SQL) for every panel query and query variable on the store's data source."""
+    found = []
+    for panel in board["panels"]:
+        for t in panel.get("targets", []):
+            if "rawSql" in t:
+                found.append((f"panel {panel['title']!r} {t['refId']}", t["rawSql"]))
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query" and variable["datasource"] == STORE_DS:
+            found.append((f"variable {variable['name']}", variable["query"]))
     return found
 
 

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from dashboards.contract import (
     scan,
     substitute_grafana_variables,
 )
+from monitor.store import Store
 from tests.support.services import service_unavailable
+from tests.test_review import WORST_CLAIMS, grafana_panel_sql, seed
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD_DIR = ROOT / "dashboards"
@@ -92,14 +95,22 @@ def test_contract_check_is_not_vacuous() -> None:
 
 
 def test_every_panel_has_a_query_on_the_datasource_variable() -> None:
+    """PromQL (`expr`) on `$datasource`, or SQL (`rawSql`) on the store's `$store`."""
     for name, board in committed().items():
         for panel in panels(board):
             targets = panel.get("targets") or []
             assert targets, f"{name}: panel {panel['title']!r} has no query"
             for target in targets:
+                if "rawSql" in target:
+                    assert "expr" not in target, "tests/test_prometheus_e2e.py skips SQL targets"
+                    assert target["rawSql"].strip(), f"{name}: {panel['title']!r} has no SQL"
+                    assert target["format"] == "table" and target["rawQuery"]
+                    assert target["datasource"] == generate.STORE_DS
+                    assert panel["datasource"] == generate.STORE_DS
+                    continue
                 assert target["expr"].strip(), f"{name}: {panel['title']!r} has an empty query"
                 assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
-            assert panel["datasource"]["uid"] == "${datasource}"
+                assert panel["datasource"]["uid"] == "${datasource}"
 
 
 def test_template_variables() -> None:
@@ -121,7 +132,10 @@ def test_template_variables() -> None:
             assert any('agent=~"$agent"' in expr for _, expr in queries(board)), name
         for variable in variables.values():
             if variable["type"] == "query":
-                assert variable["datasource"]["uid"] == "${datasource}"
+                assert variable["datasource"] in (generate.DS, generate.STORE_DS), variable
+        if generate.sql_queries(board):  # a panel on the store has its data source variable
+            assert variables["store"]["type"] == "datasource"
+            assert variables["store"]["query"] == "grafana-postgresql-datasource"
     # Golden-set metrics carry no agent label; that dashboard filters by suite and mode instead.
     golden = {v["name"] for v in committed()["golden-sets.json"]["templating"]["list"]}
     assert {"suite", "mode"} <= golden
@@ -266,3 +280,121 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
         [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------- the table panel over the store
+
+
+def _store_panel() -> dict[str, Any]:
+    quality = committed()["quality-overview.json"]
+    (panel,) = [p for p in panels(quality) if p["datasource"] == generate.STORE_DS]
+    return panel
+
+
+def _sqlstring(value: str | list[str]) -> str:
+    """Grafana's `:sqlstring` format: each value single-quoted, quotes doubled, comma-joined."""
+    values = [value] if isinstance(value, str) else value
+    return ",".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def expand_grafana_sql(
+    sql: str, start: datetime, end: datetime, variables: dict[str, str | list[str]]
+) -> str:
+    """The SQL as Grafana's PostgreSQL data source sends it: `$__timeFilter(col)` becomes
+    `col BETWEEN 'start' AND 'end'` (as tests/test_review.py expands it) and every
+    `${name:sqlstring}` the quoted values."""
+    expanded = re.sub(
+        r"\$__timeFilter\(([^)]*)\)",
+        lambda m: f"{m.group(1)} BETWEEN '{start.isoformat()}' AND '{end.isoformat()}'",
+        sql,
+    )
+    expanded = re.sub(
+        r"\$\{(\w+):sqlstring\}", lambda m: _sqlstring(variables[m.group(1)]), expanded
+    )
+    assert "$" not in expanded, f"an unexpanded Grafana macro or variable in {expanded}"
+    return expanded
+
+
+def test_store_panel_is_the_documented_table_with_its_variables() -> None:
+    quality = committed()["quality-overview.json"]
+    variables = {v["name"]: v for v in quality["templating"]["list"]}
+    panel = _store_panel()
+    assert panel["type"] == "table"
+    assert panel["title"] == "Worst answers (from the store)"
+    (target,) = panel["targets"]
+    # docs/review.md's query, its agent filter on the store-side variable: the Prometheus
+    # `$agent`'s All value is the raw regex `.*`, which `:sqlstring` does not quote.
+    documented = grafana_panel_sql().replace("${agent:sqlstring}", "${store_agent:sqlstring}")
+    assert target["rawSql"].strip() == documented.strip()
+    assert "${agent" not in target["rawSql"]
+
+    store_agent = variables["store_agent"]
+    assert store_agent["datasource"] == generate.STORE_DS
+    assert store_agent["multi"] and store_agent["includeAll"]
+    assert "allValue" not in store_agent, "All must expand to the quoted list of agents"
+    assert "$__timeFilter(timestamp)" in store_agent["query"]
+    metric = variables["metric"]
+    assert metric["type"] == "custom" and not metric["multi"] and not metric["includeAll"]
+    assert metric["query"].split(",") == [
+        "faithfulness",
+        "answer_relevancy",
+        "context_precision",
+        "context_relevancy",
+    ]
+    # The Prometheus variables are unchanged by the store's.
+    assert variables["agent"]["allValue"] == ".*"
+    assert variables["agent"]["datasource"] == generate.DS
+
+    overrides = {o["matcher"]["options"]: o for o in panel["fieldConfig"]["overrides"]}
+    (link,) = overrides["trace_id"]["properties"][0]["value"]
+    assert link["url"].startswith("${review_url}/review?")
+    assert link["url"].endswith("#trace-${__data.fields.trace_id}")
+    assert "metric=${metric}" in link["url"]
+    scores = next(o for o in overrides.values() if "faithfulness" in o["matcher"]["options"])
+    assert {"id": "noValue", "value": "unmeasured"} in scores["properties"]
+
+
+async def test_store_panel_sql_runs_on_postgresql_worst_first(postgres_url: str) -> None:
+    """The panel's SQL and its agent variable's, expanded as Grafana sends them, on a real
+    PostgreSQL store: worst first, unmeasured and old results left out, filters applied."""
+    from sqlalchemy import text
+
+    panel_sql = _store_panel()["targets"][0]["rawSql"]
+    quality = committed()["quality-overview.json"]
+    agents_sql = next(
+        v["query"] for v in quality["templating"]["list"] if v["name"] == "store_agent"
+    )
+    store = await Store.open(postgres_url)
+    try:
+        await seed(store)
+        end = datetime.now(UTC)
+        start = end - timedelta(hours=1)
+
+        async def run(sql: str, **variables: str | list[str]) -> list[dict[str, Any]]:
+            async with store._engine.connect() as conn:
+                result = await conn.execute(text(expand_grafana_sql(sql, start, end, variables)))
+                return [dict(r._mapping) for r in result.all()]
+
+        # "All" of $store_agent: every agent its own query lists for the time range.
+        agents = [r["agent"] for r in await run(agents_sql)]
+        assert agents == ["billing-bot", "faq-bot", "support-bot"]
+
+        rows = await run(panel_sql, metric="faithfulness", store_agent=agents)
+        assert [r["trace_id"] for r in rows] == ["t-worst", "t-xss", "t-secret", "t-good"]
+        scores = [r["score"] for r in rows]
+        assert scores == sorted(scores) and scores[0] == pytest.approx(0.1)
+        worst = rows[0]
+        assert worst["agent"] == "support-bot" and worst["evaluator"] == "heuristic"
+        assert worst["unsupported_claims"] == " | ".join(WORST_CLAIMS)
+        assert worst["violated_constraints"] == "lang-ja (violated), max-3-sentences (omitted)"
+        assert rows[1]["answer_relevancy"] is None, "unmeasured stays NULL, not 0"
+
+        one = await run(panel_sql, metric="faithfulness", store_agent=["billing-bot"])
+        assert [r["trace_id"] for r in one] == ["t-xss"]
+        judged = await run(panel_sql, metric="context_relevancy", store_agent=agents)
+        assert [r["trace_id"] for r in judged] == ["t-secret", "t-good"]
+        # A value edited into the URL stays a string literal.
+        hostile = "support-bot') OR ('1'='1"
+        assert await run(panel_sql, metric="faithfulness", store_agent=[hostile]) == []
+    finally:
+        await store.close()
