@@ -13,6 +13,7 @@ from pathlib import Path
 
 import structlog
 import yaml
+from aiokafka.errors import KafkaError
 
 from monitor import __version__
 from monitor.config import ConfigError, Settings, load_settings, masked_dump
@@ -131,6 +132,13 @@ def _run(config: Path | None, source_text: str) -> int:
     except MissingTopicError as exc:
         structlog.get_logger("monitor.cli").error("cannot start", error=str(exc))
         print(f"rag-monitor: {exc}", file=sys.stderr)
+        return EXIT_STARTUP
+    except (KafkaError, OSError) as exc:
+        # Unreachable brokers, rejected credentials, an untrusted certificate. aiokafka's
+        # messages name the broker and the failure, never the password.
+        detail = f"{type(exc).__name__}: {exc}"
+        structlog.get_logger("monitor.cli").error("cannot start", error=detail)
+        print(f"rag-monitor: cannot connect to Kafka: {detail}", file=sys.stderr)
         return EXIT_STARTUP
 
 

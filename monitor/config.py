@@ -61,6 +61,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a usable file either way
+        return False
+
+
 class KafkaConfig(_Section):
     bootstrap_servers: str = "localhost:9092"
     topics: list[str] = Field(default_factory=lambda: ["rag_traces"], min_length=1)
@@ -96,8 +103,8 @@ class KafkaConfig(_Section):
                 raise ValueError("sasl_username and sasl_password are required with SASL")
         for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
             path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"{name} {str(path)!r} is not a readable file")
+            if path is not None and not _is_file(Path(path)):
+                raise ValueError(f"{name} {str(path)[:200]!r} is not a readable file")
         if self.dlq_topic in self.topics:
             raise ValueError("dlq_topic must not be one of the consumed topics")
         return self
@@ -216,14 +223,23 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([("--config", f"cannot read {path}: {exc.strerror}")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([("--config", f"{path} is not UTF-8 (byte {exc.start})")]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError([("--config", f"{path} is not valid YAML: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError([("--config", f"{path} is nested too deeply")]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError([("--config", f"{path} must hold a mapping at the top level")])
+    bad_keys = [repr(k) for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise ConfigError(
+            [("--config", f"{path}: top-level keys must be names, not {bad_keys[0]}")]
+        )
     return data
 
 
@@ -233,6 +249,10 @@ def load_settings(config_file: Path | None = None) -> Settings:
     source = str(config_file) if config_file is not None else None
     try:
         return Settings(**file_values)
+    except RecursionError:
+        raise ConfigError(
+            [("(environment or file)", "a value is nested too deeply")], source
+        ) from None
     except SettingsError as exc:
         raise ConfigError(
             _undecodable_env_values() or [("(environment)", str(exc))], source

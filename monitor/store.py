@@ -11,10 +11,10 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import (
@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from monitor.models import EvaluationResult
 
 log = structlog.get_logger(__name__)
+_T = TypeVar("_T")
 
 metadata = MetaData()
 
@@ -106,7 +107,19 @@ def _transient(exc: BaseException) -> bool:
     """Connection trouble (retry) as opposed to a batch the database rejects (give up)."""
     if isinstance(exc, OSError | TimeoutError | OperationalError | InterfaceError):
         return True
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    # asyncpg's connection failures reach SQLAlchemy as a generic DBAPIError: look underneath.
+    cause: BaseException | None = exc.orig
+    while cause is not None:
+        if isinstance(cause, OSError | TimeoutError) or "Connection" in type(cause).__name__:
+            return True
+        if "connection was closed" in str(cause) or "connection is closed" in str(cause):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 class StoreError(Exception):
@@ -304,9 +317,14 @@ class Store:
 
     async def upsert_rows(self, table: Table, rows: Sequence[dict[str, Any]]) -> None:
         """Insert or replace rows of one of the store's tables by primary key, at once."""
-        if rows:
+        if not rows:
+            return
+
+        async def write() -> None:
             async with self._engine.begin() as conn:
                 await self._upsert(conn, table, rows)
+
+        await self._retrying(write)
 
     async def select_rows(self, table: Table, **equals: Any) -> list[dict[str, Any]]:
         query = select(table)
@@ -315,8 +333,33 @@ class Store:
             query = query.where(
                 column.in_(value) if isinstance(value, list | set) else column == value
             )
-        async with self._engine.connect() as conn:
-            return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+        async def read() -> list[dict[str, Any]]:
+            async with self._engine.connect() as conn:
+                return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+        return await self._retrying(read)
+
+    async def _retrying(self, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """Run a direct store call, riding out connection trouble like the write loop does."""
+        delay = RETRY_MIN_SECONDS
+        while True:
+            try:
+                result = await operation()
+            except Exception as exc:
+                if not _transient(exc) or self._closed:
+                    raise
+                self.unavailable_since = self.unavailable_since or time.monotonic()
+                log.warning(
+                    "store unavailable; retrying",
+                    error=type(exc).__name__,
+                    retry_in_s=round(delay, 1),
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                continue
+            self.unavailable_since = None
+            return result
 
     async def delete_rows(self, table: Table, **equals: Any) -> None:
         stmt = table.delete()

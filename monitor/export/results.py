@@ -18,8 +18,12 @@ class ResultsPublisher:
         self._producer = AIOKafkaProducer(acks="all", linger_ms=5, **producer_kwargs)
 
     async def start(self) -> None:
-        await self._producer.start()
-        await require_topic(self._producer, self.topic, "results.topic")
+        try:
+            await self._producer.start()
+            await require_topic(self._producer, self.topic, "results.topic")
+        except BaseException:
+            await self._producer.stop()  # nothing left open behind a failed start
+            raise
 
     async def stop(self) -> None:
         await self._producer.stop()

@@ -61,8 +61,12 @@ class KafkaDeadLetters:
         self._closed = False
 
     async def start(self) -> None:
-        await self._producer.start()
-        await require_topic(self._producer, self.topic, "kafka.dlq_topic")
+        try:
+            await self._producer.start()
+            await require_topic(self._producer, self.topic, "kafka.dlq_topic")
+        except BaseException:
+            await self._producer.stop()  # nothing left open behind a failed start
+            raise
 
     async def stop(self) -> None:
         self._closed = True
