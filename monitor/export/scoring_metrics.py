@@ -29,16 +29,40 @@ EXPORTED_SCORES = frozenset(
 
 
 class RollingMeans(Collector):
-    """Per-replica mean of each (agent, metric, evaluator) over a sliding time window."""
+    """Per-replica mean of each (agent, metric, evaluator) over a sliding time window.
+
+    Values are summed into one-second buckets, so memory is bounded by the window length and the
+    number of series, not by the traffic.
+    """
 
     def __init__(self, window_seconds: float) -> None:
         self._window = window_seconds
-        self._values: dict[tuple[str, str, str], deque[tuple[float, float]]] = {}
+        # key -> deque of [second, sum, count], oldest first
+        self._buckets: dict[tuple[str, str, str], deque[list[float]]] = {}
 
     def add(self, key: tuple[str, str, str], value: float, now: float | None = None) -> None:
-        self._values.setdefault(key, deque()).append(
-            (time.monotonic() if now is None else now, value)
-        )
+        second = float(int(time.monotonic() if now is None else now))
+        buckets = self._buckets.setdefault(key, deque())
+        if buckets and buckets[-1][0] == second:
+            buckets[-1][1] += value
+            buckets[-1][2] += 1
+        else:
+            buckets.append([second, value, 1.0])
+            self._prune(buckets, second)
+
+    def _prune(self, buckets: deque[list[float]], now: float) -> None:
+        while buckets and buckets[0][0] <= now - self._window:
+            buckets.popleft()
+
+    def means(self, now: float | None = None) -> dict[tuple[str, str, str], float]:
+        now = time.monotonic() if now is None else now
+        result = {}
+        for key, buckets in list(self._buckets.items()):
+            self._prune(buckets, now)
+            count = sum(b[2] for b in buckets)
+            if count:
+                result[key] = sum(b[1] for b in buckets) / count
+        return result
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -46,12 +70,8 @@ class RollingMeans(Collector):
             "Mean score over the rolling window, per replica (use the histogram across replicas).",
             labels=["agent", "metric", "evaluator"],
         )
-        horizon = time.monotonic() - self._window
-        for key, values in list(self._values.items()):
-            while values and values[0][0] < horizon:
-                values.popleft()
-            if values:
-                family.add_metric(list(key), sum(v for _, v in values) / len(values))
+        for key, mean in self.means().items():
+            family.add_metric(list(key), mean)
         yield family
 
 
