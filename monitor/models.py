@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 SCHEMA_VERSION = 1
 DEFAULT_AGENT = "default"
+# Bounds of the store's integer columns: a trace beyond them is rejected at decoding.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 ConstraintKind = Literal[
     "language", "max_chars", "max_sentences", "forbidden_terms", "required_terms", "format"
@@ -25,7 +28,7 @@ class Context(_Strict):
     id: str
     text: str
     score: float | None = None
-    rank: int | None = Field(default=None, ge=0)
+    rank: int | None = Field(default=None, ge=0, le=INT32_MAX)
     source: str | None = None
     metadata: dict[str, Any] | None = None
 
@@ -40,8 +43,8 @@ class Constraint(_Strict):
 
 
 class Usage(_Strict):
-    input_tokens: int | None = Field(default=None, ge=0)
-    output_tokens: int | None = Field(default=None, ge=0)
+    input_tokens: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    output_tokens: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 
 class Feedback(_Strict):
@@ -57,13 +60,13 @@ class Trace(_Strict):
     timestamp: datetime
     agent: str = Field(default=DEFAULT_AGENT, min_length=1, max_length=128)
     conversation_id: str | None = Field(default=None, max_length=256)
-    turn: int | None = Field(default=None, ge=1)
+    turn: int | None = Field(default=None, ge=1, le=INT32_MAX)
     query: str
     contexts: list[Context]
     answer: str
     reference: str | None = None
     constraints: list[Constraint] | None = None
-    memory_tokens: int | None = Field(default=None, ge=0)
+    memory_tokens: int | None = Field(default=None, ge=0, le=INT64_MAX)
     model: str | None = None
     latency_ms: float | None = Field(default=None, ge=0)
     usage: Usage | None = None

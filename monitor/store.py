@@ -238,11 +238,7 @@ class Store:
                     continue
                 del self._queue[: len(batch)]
                 log.warning("store rejected a batch", error=type(exc).__name__, rows=len(batch))
-                for pending in batch:
-                    if not pending.done.done():
-                        pending.done.set_exception(
-                            StoreError(f"store write failed: {type(exc).__name__}")
-                        )
+                await self._write_one_by_one(batch)
                 continue
             del self._queue[: len(batch)]
             self.unavailable_since = None
@@ -252,6 +248,20 @@ class Store:
                     pending.done.set_result(None)
             if not self._queue:
                 await asyncio.sleep(self._flush_seconds)
+
+    async def _write_one_by_one(self, batch: list[_Pending]) -> None:
+        """After a rejected batch: write its rows singly so one bad row fails only itself."""
+        for pending in batch:
+            try:
+                await self._write([pending])
+            except Exception as exc:
+                if not pending.done.done():
+                    pending.done.set_exception(
+                        StoreError(f"store write failed: {type(exc).__name__}")
+                    )
+            else:
+                if not pending.done.done():
+                    pending.done.set_result(None)
 
     async def _write(self, batch: list[_Pending]) -> None:
         async with self._engine.begin() as conn:
