@@ -52,7 +52,7 @@ from monitor.source.otlp import (
 )
 from monitor.telemetry import context_from_headers
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics
+from tests.support.kafka_io import create_topics, produce
 from tests.support.otlp_spans import App, openinference_rag
 from tests.support.otlp_spans import encode as encode_otlp
 from tests.support.traces import native_trace
@@ -649,7 +649,8 @@ def _fuzzed_messages(rng: random.Random, count: int, max_bytes: int) -> list[byt
                         None,
                         0,
                         -1,
-                        2**80,
+                        2**31 - 1,
+                        2**80,  # beyond the store's columns: a schema violation since fcec9a3
                         1.5,
                         "",
                         "x" * 300,
@@ -798,6 +799,7 @@ def test_fuzzed_messages_through_the_broker_are_dead_lettered_or_processed(
 
     expected = [_oracle(value, max_bytes) for value in messages]
     letters: dict[int, list[str]] = {}
+    details: dict[int, str] = {}
     for record in topic_records(bootstrap, dlq):
         record_headers = {k: v for k, v in record.headers}
         assert record_headers["producer"] == b"fuzz"
@@ -805,14 +807,19 @@ def test_fuzzed_messages_through_the_broker_are_dead_lettered_or_processed(
         assert reasons and "spoofed" not in reasons, "a forged reason header survived"
         assert record_headers["ragmon.original.topic"] == topic.encode()
         assert record_headers["ragmon.error.class"] and record_headers["ragmon.error.message"]
-        letters.setdefault(int(record_headers["ragmon.original.offset"]), []).append(reasons[-1])
+        offset = int(record_headers["ragmon.original.offset"])
+        letters.setdefault(offset, []).append(reasons[-1])
+        details[offset] = record_headers["ragmon.error.message"].decode("utf-8", "replace")[:200]
     stored = stored_by_evaluator(database).get("heuristic", set())
     wrong = []
     for offset, outcomes in enumerate(expected):
         want_dead = sorted(reason for kind, reason in outcomes if kind == "dead")
         got_dead = sorted(letters.get(offset, []))
         if want_dead != got_dead:
-            wrong.append(f"offset {offset}: dead letters {got_dead}, expected {want_dead}")
+            wrong.append(
+                f"offset {offset}: dead letters {got_dead}, expected {want_dead}"
+                f" ({details.get(offset, '')})"
+            )
         for kind, trace_id in outcomes:
             if kind == "ok" and trace_id not in stored:
                 wrong.append(f"offset {offset}: trace {trace_id!r} decoded but has no result")
@@ -823,3 +830,44 @@ def test_fuzzed_messages_through_the_broker_are_dead_lettered_or_processed(
             tally[label] = tally.get(label, 0) + 1
     print(f"\nseed={seed} messages={len(messages)} outcomes={dict(sorted(tally.items()))}")
     assert not wrong, "\n".join(wrong[:20])
+
+
+@pytest.mark.kafka
+def test_a_trace_the_store_cannot_hold_takes_no_other_trace_with_it(
+    kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path
+) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic, dlq, results = f"{topic_prefix}.in", f"{topic_prefix}.dlq", f"{topic_prefix}.results"
+    group = f"{topic_prefix}.group"
+    asyncio.run(create_topics(bootstrap, [topic, dlq, results]))
+    traces = [native_trace(n, conversation_id=f"big-{n}", turn=1) for n in range(40)]
+    traces[20]["turn"] = 2**80  # valid for the model, too big for an INTEGER column
+    asyncio.run(produce(bootstrap, topic, [json.dumps(t).encode() for t in traces]))
+    database = tmp_path / "results.db"
+    daemon = DaemonProcess(
+        {
+            "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
+            "RAGMON_KAFKA__GROUP_ID": group,
+            "RAGMON_KAFKA__DLQ_TOPIC": dlq,
+            "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+            "RAGMON_RESULTS__TOPIC": results,
+            "RAGMON_STORE__URL": f"sqlite+aiosqlite:///{database}",
+        },
+        tmp_path,
+    )
+    try:
+        daemon.start()
+        daemon.wait_ready(90)
+        wait_until(lambda: committed_total(bootstrap, group) >= len(traces), 60, "all committed")
+        assert daemon.terminate() == 0, daemon.stderr_tail()
+    finally:
+        daemon.ensure_stopped()
+    letters = topic_records(bootstrap, dlq)
+    dead = sorted(int(dict(r.headers)["ragmon.original.offset"]) for r in letters)
+    stored = stored_by_evaluator(database).get("heuristic", set())
+    print(f"\n{len(dead)} of {len(traces)} traces dead-lettered for one bad row: offsets {dead}")
+    # Before commit fcec9a3 the model took the huge turn, the store's batch failed on it, and
+    # 32 of the 40 traces were dead-lettered with it (processing_error).
+    assert dead in ([], [20]), "only the trace with the huge turn may be dead-lettered"
+    assert stored >= {t["trace_id"] for i, t in enumerate(traces) if i != 20}
