@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -211,7 +212,6 @@ class Store:
         await done
 
     async def _write_loop(self) -> None:
-        delay = RETRY_MIN_SECONDS
         while True:
             if not self._queue:
                 if self._closed:
@@ -222,27 +222,15 @@ class Store:
                 continue
             batch = self._queue[: self._batch_size]
             try:
-                await self._write(batch)
+                # While the database is away the batch is kept and retried: its traces stay
+                # unfinished, so reading waits instead of dead-lettering good results.
+                await self._retrying(functools.partial(self._write, batch))
             except Exception as exc:
-                if _transient(exc) and not self._closed:
-                    # The database is away: keep the batch and retry. The traces stay unfinished
-                    # meanwhile, so reading waits instead of dead-lettering good results.
-                    self.unavailable_since = self.unavailable_since or time.monotonic()
-                    log.warning(
-                        "store unavailable; retrying",
-                        error=type(exc).__name__,
-                        retry_in_s=round(delay, 1),
-                    )
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, RETRY_MAX_SECONDS)
-                    continue
                 del self._queue[: len(batch)]
                 log.warning("store rejected a batch", error=type(exc).__name__, rows=len(batch))
                 await self._write_one_by_one(batch)
                 continue
             del self._queue[: len(batch)]
-            self.unavailable_since = None
-            delay = RETRY_MIN_SECONDS
             for pending in batch:
                 if not pending.done.done():
                     pending.done.set_result(None)

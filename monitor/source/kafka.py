@@ -127,13 +127,17 @@ class KafkaSource:
         owned = self.assignment if partitions is None else partitions & self.assignment
         offsets = self._tracker.to_commit(owned)
         self._update_lag(owned)
+        return await self._commit_offsets(offsets, "offset commit failed; will retry")
+
+    async def _commit_offsets(self, offsets: dict[TopicPartition, int], on_failure: str) -> bool:
+        """Commit these offsets and count the outcome; False (logged) when the broker refused."""
         if not offsets:
             return True
         try:
             await self._consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
         except KafkaError as exc:
             self._metrics.commits.labels("error").inc()
-            log.warning("offset commit failed; will retry", error=f"{type(exc).__name__}: {exc}")
+            log.warning(on_failure, error=f"{type(exc).__name__}: {exc}")
             return False
         self._tracker.mark_committed(offsets)
         self._metrics.commits.labels("ok").inc()
@@ -173,20 +177,9 @@ class KafkaSource:
         deadline = time.monotonic() + REVOKE_WAIT_SECONDS
         while any(self._tracker.pending(tp) for tp in revoked) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        offsets = self._tracker.to_commit(revoked)
-        if offsets:
-            try:
-                await self._consumer.commit(
-                    {tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()}
-                )
-                self._metrics.commits.labels("ok").inc()
-                self._metrics.last_commit.set(time.time())
-            except KafkaError as exc:
-                self._metrics.commits.labels("error").inc()
-                log.warning(
-                    "commit on revocation failed; the next owner re-reads",
-                    error=f"{type(exc).__name__}: {exc}",
-                )
+        await self._commit_offsets(
+            self._tracker.to_commit(revoked), "commit on revocation failed; the next owner re-reads"
+        )
         self._tracker.forget(revoked)
         for tp in revoked:
             labels = (tp.topic, str(tp.partition))
