@@ -361,6 +361,84 @@ class JudgeClient:
             )
             await self._sleep(delay)
 
+    async def embed(
+        self, texts: list[str], model: str, tally: TokenTally, trace_id: str | None = None
+    ) -> list[list[float]]:
+        """Embeddings of `texts` (one request), or :class:`CallFailure`.
+
+        Same endpoint, timeout, circuit and retry policy as chat calls (429, 5xx, connection
+        errors and timeouts retried with backoff or Retry-After); no response-format fallback.
+        """
+        async with self._semaphore:
+            retries = 0
+            while True:
+                if not self.circuit.allow():
+                    raise CallFailure("circuit_open", "circuit breaker open")
+                started = self._clock()
+                retry_after: float | None = None
+                try:
+                    async with asyncio.timeout(self.config.timeout_seconds):
+                        response = await self._client.embeddings.create(
+                            model=model, input=texts, encoding_format="float"
+                        )
+                except (TimeoutError, openai.APITimeoutError):
+                    self.circuit.record_failure()
+                    failure = CallFailure("judge_timeout", "embeddings timed out")
+                    retryable = True
+                except openai.APIConnectionError:
+                    self.circuit.record_failure()
+                    failure, retryable = (
+                        CallFailure("judge_error", "embeddings connection error"),
+                        True,
+                    )
+                except openai.APIStatusError as exc:
+                    status = exc.status_code
+                    if status >= 500 or status in (401, 403, 404):
+                        self.circuit.record_failure()
+                    else:
+                        self.circuit.record_success()
+                    failure = CallFailure("judge_error", f"embeddings HTTP {status}")
+                    retryable = status == 429 or status >= 500
+                    retry_after = _retry_after(exc) if retryable else None
+                except openai.OpenAIError as exc:
+                    self.circuit.record_failure()
+                    failure, retryable = CallFailure("judge_error", type(exc).__name__), False
+                else:
+                    self.circuit.record_success()
+                    self.metrics.request(self.evaluator, "ok", self._clock() - started)
+                    usage = getattr(response, "usage", None)
+                    if usage is not None:
+                        tin = _count(getattr(usage, "prompt_tokens", None))
+                        tally.input_tokens += tin
+                        tally.reported = True
+                        cost = tin * self.config.input_price_per_million / 1e6
+                        self.metrics.tokens(self.evaluator, tin, 0, cost)
+                    ordered = sorted(response.data or [], key=lambda d: d.index)
+                    vectors = [[float(x) for x in d.embedding] for d in ordered]
+                    if len(vectors) != len(texts) or any(not v for v in vectors):
+                        raise CallFailure("malformed_output", "embeddings reply is incomplete")
+                    return vectors
+                outcome: RequestOutcome = "error"
+                if failure.reason == "judge_timeout":
+                    outcome = "timeout"
+                elif failure.detail == "embeddings HTTP 429":
+                    outcome = "rate_limited"
+                self.metrics.request(self.evaluator, outcome, self._clock() - started)
+                too_long = retry_after is not None and retry_after > self.config.backoff_max_seconds
+                if not retryable or retries >= self.config.max_retries or too_long:
+                    log.warning(
+                        "judge embeddings failed",
+                        reason=failure.reason,
+                        detail=failure.detail,
+                        attempts=retries + 1,
+                        evaluator=self.evaluator,
+                        trace_id=trace_id,
+                    )
+                    raise failure
+                delay = retry_after if retry_after is not None else self._backoff(retries)
+                retries += 1
+                await self._sleep(delay)
+
     @staticmethod
     def _parse(response: ChatCompletion, parse: Callable[[object], T]) -> T:
         # The client does not validate responses: a non-conforming server can leave fields out.

@@ -63,6 +63,12 @@ class JudgeConfig(_Section):
     azure_api_version: str | None = Field(
         default=None, description="set for Azure OpenAI (base_url = the resource endpoint)"
     )
+    embedding_model: str | None = Field(
+        default="text-embedding-3-small",
+        min_length=1,
+        description="embeddings model on the same endpoint, for semantic similarity (golden "
+        "runs, ragas); null: semantic similarity and answer correctness are unmeasured",
+    )
     timeout_seconds: float = Field(default=30.0, gt=0)
     max_retries: int = Field(default=4, ge=0, le=20)
     backoff_base_seconds: float = Field(default=0.5, ge=0)

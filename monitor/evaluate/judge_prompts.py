@@ -44,7 +44,7 @@ from monitor.models import (
 PROMPT_VERSION = "ragmon-judge-1"
 
 PromptLanguage = Literal["en", "ja"]
-TaskName = Literal["ragmon_faithfulness", "ragmon_relevance", "ragmon_turn"]
+TaskName = Literal["ragmon_faithfulness", "ragmon_relevance", "ragmon_turn", "ragmon_reference"]
 OUTCOME_METRICS = ("relevance", "answer_quality", "instruction_following", "coherence")
 MAX_HISTORY_TURNS = 6
 
@@ -72,7 +72,7 @@ def prompt_language(trace: Trace) -> PromptLanguage:
     return "ja" if detect_language(f"{trace.query}\n{trace.answer}") == "ja" else "en"
 
 
-def _dump(obj: Any) -> str:
+def dump_data(obj: Any) -> str:
     """Compact JSON with ``<``/``>`` escaped: the data block cannot be closed from inside."""
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e")
@@ -129,7 +129,7 @@ class JudgeInput:
             {"id": c.label, "sentences": {str(i): s for i, s in enumerate(c.sentences, 1)}}
             for c in self.contexts
         ]
-        return _dump({"question": self.question, "contexts": contexts, "answer": self.answer})
+        return dump_data({"question": self.question, "contexts": contexts, "answer": self.answer})
 
     def fingerprint(self) -> str:
         """The cache identity of this input (hashed by the cache; includes the language)."""
@@ -172,7 +172,7 @@ class TurnInput:
         )
 
     def data(self) -> str:
-        return _dump(
+        return dump_data(
             {
                 "history": [{"user": u, "assistant": a} for u, a in self.history],
                 "active_constraints": [{"id": k, "text": t} for k, _, t in self.constraints],
@@ -438,6 +438,19 @@ _TASKS: dict[TaskName, tuple[str, str, dict[str, Any]]] = {
 
 def build_prompt(task: TaskName, language: PromptLanguage, data: str) -> Prompt:
     en, ja, schema = _TASKS[task]
+    return compose_prompt(task, language, (en, ja), schema, data)
+
+
+def compose_prompt(
+    task: TaskName,
+    language: PromptLanguage,
+    instructions: tuple[str, str],
+    schema: dict[str, Any],
+    data: str,
+) -> Prompt:
+    """A judge prompt: the shared injection-resistant preamble, the task's instructions
+    (``(english, japanese)``) and `data` (already serialised with :func:`dump_data`)."""
+    en, ja = instructions
     if language == "ja":
         system, tail = f"{_JA_PREAMBLE}\n\n{ja}", _JA_TAIL
     else:
@@ -522,7 +535,7 @@ class _TurnOut(_Out):
     reason: str | None = None
 
 
-def _validate(model: type[_Out], data: object) -> Any:
+def validate_reply(model: type[BaseModel], data: object) -> Any:
     if not isinstance(data, dict):
         raise MalformedOutput("the reply is not a JSON object")
     try:
@@ -532,19 +545,19 @@ def _validate(model: type[_Out], data: object) -> Any:
         raise MalformedOutput(f"schema mismatch at {', '.join(fields[:5])}") from None
 
 
-def _norm_label(label: str | None) -> str | None:
+def norm_label(label: str | None) -> str | None:
     return label.strip().upper() if label else None
 
 
 def parse_faithfulness(data: object, inp: JudgeInput) -> list[StatementVerdict]:
-    out: _FaithfulnessOut = _validate(_FaithfulnessOut, data)
+    out: _FaithfulnessOut = validate_reply(_FaithfulnessOut, data)
     by_label = {c.label: c.context_id for c in inp.contexts}
     verdicts: list[StatementVerdict] = []
     for s in out.statements:
         statement = s.statement.strip()
         if not statement:
             continue
-        evidence = by_label.get(_norm_label(s.evidence) or "") if s.supported else None
+        evidence = by_label.get(norm_label(s.evidence) or "") if s.supported else None
         verdicts.append(
             StatementVerdict(
                 statement=statement,
@@ -567,12 +580,12 @@ class RelevanceVerdicts:
 
 
 def parse_relevance(data: object, inp: JudgeInput) -> RelevanceVerdicts:
-    out: _RelevanceOut = _validate(_RelevanceOut, data)
+    out: _RelevanceOut = validate_reply(_RelevanceOut, data)
     if inp.question and inp.answer and not out.aspects and not out.noncommittal:
         raise MalformedOutput("no aspects of the question listed")
     per_label: dict[str, _ContextOut] = {}
     for c in out.contexts:
-        label = _norm_label(c.id) or ""
+        label = norm_label(c.id) or ""
         if label in per_label:
             raise MalformedOutput(f"context {label} judged twice")
         per_label[label] = c
@@ -646,11 +659,11 @@ def _constraint_value(raw_kind: str | None, value: Any) -> tuple[ConstraintKind 
 
 
 def parse_turn(data: object, inp: TurnInput) -> ParsedTurn:
-    out: _TurnOut = _validate(_TurnOut, data)
+    out: _TurnOut = validate_reply(_TurnOut, data)
     by_label = {label: cid for label, cid, _ in inp.constraints}
     seen: dict[str, _VerdictOut] = {}
     for v in out.verdicts:
-        label = _norm_label(v.id) or ""
+        label = norm_label(v.id) or ""
         if label in by_label and label not in seen:
             seen[label] = v
     missing = [label for label in by_label if label not in seen]
@@ -671,9 +684,7 @@ def parse_turn(data: object, inp: TurnInput) -> ParsedTurn:
             new.append(NewConstraint(c.text.strip(), kind, value))
     withdrawn = tuple(
         dict.fromkeys(
-            by_label[lbl]
-            for lbl in (_norm_label(w) or "" for w in out.withdrawn)
-            if lbl in by_label
+            by_label[lbl] for lbl in (norm_label(w) or "" for w in out.withdrawn) if lbl in by_label
         )
     )
     return ParsedTurn(
