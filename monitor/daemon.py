@@ -29,6 +29,7 @@ from monitor.export.http import HttpServer, Probes, build_app
 from monitor.export.metrics import Metrics
 from monitor.export.results import ResultsPublisher
 from monitor.export.scoring_metrics import ScoringMetrics
+from monitor.golden.judges import open_answer_judge
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.schedule import GoldenScheduler
 from monitor.review import add_review_routes, review_redactor
@@ -181,11 +182,18 @@ class Daemon:
         stage = await build_scoring_stage(self.settings, self.metrics, stack, producer_kwargs)
         self.store, self.conversations = stage.store, stage.tracker
         stack.push_async_callback(stage.tracker.flush)
-        if self.settings.golden.suites:
+        golden = self.settings.golden
+        if golden.suites:
+            answer_judge = None
+            if golden.judge_answers:
+                answer_judge = await stack.enter_async_context(
+                    open_answer_judge(self.settings.judge, stage.judge_metrics)
+                )
             self.golden = GoldenScheduler(
-                self.settings.golden,
+                golden,
                 metrics=GoldenMetrics(self.metrics.registry),
                 sink=StoreGoldenSink(stage.store) if stage.store is not None else None,
+                judge=answer_judge,
                 base_dir=self._config_dir,
             )
             await stack.enter_async_context(self.golden)
@@ -271,6 +279,7 @@ class ScoringStage:
     processor: ScoringProcessor
     store: Store | None
     tracker: ConversationTracker
+    judge_metrics: JudgeMetrics | None
 
 
 async def build_scoring_stage(
@@ -303,6 +312,7 @@ async def build_scoring_stage(
     )
     redactor = Redactor(settings.judge.redaction)
     judge: LLMJudge | RagasEvaluator | None = None
+    judge_metrics: JudgeMetrics | None = None
     if settings.judge.active:
         judge_metrics = JudgeMetrics(metrics.registry)
         if settings.judge.backend == "ragas":
@@ -328,4 +338,4 @@ async def build_scoring_stage(
         judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
     )
     processor.observers.append(tracker.observe)
-    return ScoringStage(processor, store, tracker)
+    return ScoringStage(processor, store, tracker, judge_metrics)

@@ -236,7 +236,7 @@ class RagasEvaluator:
         config: JudgeConfig,
         metrics: JudgeMetrics | None = None,
         *,
-        embedding_model: str = DEFAULT_EMBEDDING_MODEL,
+        embedding_model: str | None = None,
         enabled: Sequence[str] = METRICS,
         reference_metrics: Sequence[str] = REFERENCE_METRICS,
         metric_timeout_seconds: float | None = None,
@@ -260,7 +260,7 @@ class RagasEvaluator:
             if metric_timeout_seconds is not None
             else 4.0 * config.timeout_seconds
         )
-        self.embedding_model = embedding_model
+        self.embedding_model = embedding_model or config.embedding_model or DEFAULT_EMBEDDING_MODEL
         self._clock = clock
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
         self._circuit = CircuitBreaker(
@@ -274,7 +274,7 @@ class RagasEvaluator:
         llm = self.ragas.llm_factory(
             config.model, provider="openai", client=self._client, max_retries=MALFORMED_RETRIES
         )
-        embeddings = self.ragas.embeddings(client=self._client, model=embedding_model)
+        embeddings = self.ragas.embeddings(client=self._client, model=self.embedding_model)
         self._m: dict[str, Any] = {
             "faithfulness": cols.Faithfulness(llm=llm),
             "answer_relevancy": cols.AnswerRelevancy(
@@ -316,6 +316,13 @@ class RagasEvaluator:
         """The reference-free metrics plus the golden-set ones against `reference` (default:
         the trace's ``reference``); without a reference those are unmeasured ``no_reference``."""
         return await self._evaluate(trace, self.enabled + self.reference_metrics, reference)
+
+    async def evaluate_reference(
+        self, trace: Trace, reference: str | None = None
+    ) -> EvaluationResult:
+        """Only the golden-set metrics (``reference_metrics``) against `reference` (default: the
+        trace's ``reference``)."""
+        return await self._evaluate(trace, self.reference_metrics, reference)
 
     # -----------------------------------------------------------------------------------------
 

@@ -23,9 +23,11 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Final, Protocol, TextIO, cast
 
+from monitor.evaluate.judge_config import JudgeConfig
 from monitor.golden import ranking, stats
 from monitor.golden.answers import AnswerJudge
 from monitor.golden.config import GoldenConfig
@@ -36,6 +38,7 @@ from monitor.golden.dataset import (
     load_labels,
     load_suite,
 )
+from monitor.golden.judges import open_answer_judge
 from monitor.golden.report import render_markdown, write_report
 from monitor.golden.results import RunResult
 from monitor.golden.runner import run_suite
@@ -92,6 +95,9 @@ working directory without --config).
 The report goes to --report PATH (markdown) with the JSON result beside it (PATH with suffix
 .json); without --report, to the suite's or golden.report_dir (<dir>/<suite>/<time>.md), else
 the markdown is printed.
+Generation suites: when the `judge` section is active (judge.enabled or judge.base_url) and
+golden.judge_answers is true, each answer with a reference is scored against it (answer
+correctness, semantic similarity, context recall); --no-judge leaves those unmeasured.
 
 exit codes: 0 every target of the gated modes met; 1 a target missed or unmeasured;
 2 bad configuration or dataset; 3 the run could not complete (service unreachable, too many
@@ -181,6 +187,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="YAML configuration file")
     run.add_argument("--report", type=Path, help="markdown report path (JSON beside it)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--no-judge", action="store_true", help="do not call the judge for answer metrics"
+    )
 
     agreement = sub.add_parser(
         "agreement",
@@ -313,14 +322,23 @@ def _run(
         print(f"{PROG} run: {exc.args[0]}", file=sys.stderr)
         return EXIT_CONFIG
     base_dir = args.config.resolve().parent if args.config is not None else None
-    result = asyncio.run(
-        run_suite(
-            suite,
-            judge=judge,
-            base_dir=base_dir,
-            progress=False if args.no_progress else None,
-        )
-    )
+    judge_config = getattr(settings, "judge", None)
+    if args.no_judge or not golden.judge_answers or not isinstance(judge_config, JudgeConfig):
+        judge_config = None
+
+    async def run_once() -> RunResult:
+        async with AsyncExitStack() as stack:
+            answer_judge = judge
+            if answer_judge is None and not args.no_judge:
+                answer_judge = await stack.enter_async_context(open_answer_judge(judge_config))
+            return await run_suite(
+                suite,
+                judge=answer_judge,
+                base_dir=base_dir,
+                progress=False if args.no_progress else None,
+            )
+
+    result = asyncio.run(run_once())
     target: Path | None = args.report
     if target is None:
         directory = suite.report_dir or golden.report_dir

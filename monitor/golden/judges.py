@@ -1,0 +1,238 @@
+"""Answer judges for generation suites: the configured judge endpoint scoring against references.
+
+Two implementations of :class:`~monitor.golden.answers.AnswerJudge`, chosen by
+``judge.backend`` (:func:`open_answer_judge`):
+
+- :class:`LLMAnswerJudge` (``llm``): one ``ragmon_reference`` chat call per case (statement
+  verdicts TP/FP/FN and the reference sentences' attribution to the contexts, see
+  :mod:`monitor.evaluate.judge_reference`) plus one embeddings request for the semantic
+  similarity of answer and reference (``judge.embedding_model``);
+- :class:`RagasAnswerJudge` (``ragas``): ragas's ``AnswerCorrectness``, ``SemanticSimilarity``
+  and ``ContextRecall`` through :class:`~monitor.evaluate.ragas_adapter.RagasEvaluator`.
+
+Both redact everything sent (``judge.redaction``) and send at most ``max_context_chunks``
+contexts of at most ``max_chars_per_chunk`` characters. A metric that cannot be computed is
+unmeasured with its reason (``judge_timeout``, ``malformed_output``, ``no_contexts``,
+``no_embedding_model``, ...), never 0. Answer correctness needs both of its parts: when the
+similarity is unmeasured, so is correctness.
+
+Token use and cost are counted in the judge metrics under ``evaluator="golden"`` (``llm``
+backend) or ``evaluator="ragas"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+
+from monitor.evaluate.judge_client import CallFailure, JudgeClient, TokenTally
+from monitor.evaluate.judge_config import JudgeConfig
+from monitor.evaluate.judge_metrics import JudgeMetrics
+from monitor.evaluate.judge_prompts import PromptLanguage
+from monitor.evaluate.judge_reference import (
+    ReferenceInput,
+    ReferenceVerdicts,
+    answer_correctness,
+    parse_reference,
+    reference_prompt,
+)
+from monitor.evaluate.ragas_adapter import RagasEvaluator
+from monitor.evaluate.redaction import Redactor
+from monitor.evaluate.text import detect_language
+from monitor.golden.answers import JUDGE_METRICS, AnswerJudge, JudgeScores
+from monitor.golden.dataset import GenerationCase
+from monitor.models import Context, Score, Trace
+
+GOLDEN_EVALUATOR: Final = "golden"
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit].rstrip() + " …"
+
+
+def _language(case: GenerationCase, answer: str) -> PromptLanguage:
+    if case.language:
+        return "ja" if case.language.split("-")[0].strip().lower() == "ja" else "en"
+    return "ja" if detect_language(f"{case.question}\n{answer}") == "ja" else "en"
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    if norm == 0 or not math.isfinite(norm):
+        return None
+    return max(0.0, min(1.0, sum(x * y for x, y in zip(a, b, strict=True)) / norm))
+
+
+class LLMAnswerJudge:
+    """Reference-based answer metrics with rag-monitor's own prompt (see the module docs)."""
+
+    def __init__(self, config: JudgeConfig, metrics: JudgeMetrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics if metrics is not None else JudgeMetrics(CollectorRegistry())
+        self.metrics.register_evaluator(GOLDEN_EVALUATOR)
+        self.redactor = Redactor(config.redaction)
+        self.client = JudgeClient(config, self.metrics, GOLDEN_EVALUATOR)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def _input(self, case: GenerationCase, answer: str, contexts: Sequence[str]) -> ReferenceInput:
+        cfg, redact = self.config, self.redactor.redact
+        shown = tuple(
+            _truncate(redact(c), cfg.max_chars_per_chunk)
+            for c in [c for c in contexts if c.strip()][: cfg.max_context_chunks]
+        )
+        return ReferenceInput.build(
+            _language(case, answer),
+            redact(case.question),
+            redact(answer),
+            redact(case.reference or ""),
+            shown,
+        )
+
+    async def _verdicts(
+        self, inp: ReferenceInput, tally: TokenTally, case_id: str
+    ) -> ReferenceVerdicts | CallFailure:
+        try:
+            return await self.client.complete(
+                reference_prompt(inp), lambda d: parse_reference(d, inp), tally, case_id
+            )
+        except CallFailure as failure:
+            return failure
+
+    async def _similarity(self, inp: ReferenceInput, tally: TokenTally, case_id: str) -> Score:
+        model = self.config.embedding_model
+        if model is None:
+            return Score.unmeasured("no_embedding_model")
+        reference = " ".join(inp.reference_sentences)
+        try:
+            vectors = await self.client.embed([inp.answer, reference], model, tally, case_id)
+        except CallFailure as failure:
+            return Score.unmeasured(failure.reason)
+        value = _cosine(vectors[0], vectors[1])
+        return Score.unmeasured("malformed_output") if value is None else Score.of(value)
+
+    async def judge(
+        self, case: GenerationCase, answer: str, contexts: Sequence[str]
+    ) -> JudgeScores:
+        inp = self._input(case, answer, contexts)
+        if not inp.reference_sentences:
+            return JudgeScores(unmeasured=dict.fromkeys(JUDGE_METRICS, "no_reference"))
+        tally = TokenTally()
+        verdicts, similarity = await asyncio.gather(
+            self._verdicts(inp, tally, case.id), self._similarity(inp, tally, case.id)
+        )
+        unmeasured: dict[str, str] = {}
+        if similarity.reason is not None:
+            unmeasured["semantic_similarity"] = similarity.reason
+        if isinstance(verdicts, CallFailure):
+            unmeasured["answer_correctness"] = verdicts.reason
+            unmeasured["context_recall"] = verdicts.reason
+            return JudgeScores(
+                semantic_similarity=similarity.value,
+                reason=f"reference judge failed: {verdicts.detail}",
+                unmeasured=unmeasured,
+            )
+        correctness: float | None = None
+        f1 = verdicts.statement_f1()
+        if f1 is None:
+            unmeasured["answer_correctness"] = "no_claims"
+        elif similarity.value is None:
+            unmeasured["answer_correctness"] = f"semantic_similarity_{similarity.reason}"
+        else:
+            correctness = answer_correctness(f1, similarity.value)
+        recall = verdicts.context_recall()
+        if recall is None:
+            unmeasured["context_recall"] = "no_contexts"
+        return JudgeScores(
+            answer_correctness=correctness,
+            semantic_similarity=similarity.value,
+            context_recall=recall,
+            reason=_summary(verdicts, f1),
+            unmeasured=unmeasured,
+        )
+
+
+def _summary(verdicts: ReferenceVerdicts, f1: float | None) -> str:
+    text = (
+        f"TP {verdicts.true_positives}, FP {verdicts.false_positives}, "
+        f"FN {verdicts.false_negatives}"
+    )
+    if f1 is not None:
+        text += f" (statement F1 {f1:.2f})"
+    wrong = [s.statement for s in verdicts.answer_statements if not s.true_positive]
+    if wrong:
+        text += f"; not in the reference: {wrong[0]!r}"
+    if verdicts.in_contexts:
+        found, total = sum(verdicts.in_contexts), len(verdicts.in_contexts)
+        text += f"; {found}/{total} reference sentences in the contexts"
+    return text
+
+
+class RagasAnswerJudge:
+    """The same three metrics computed by ragas (``judge.backend: ragas``)."""
+
+    def __init__(self, evaluator: RagasEvaluator) -> None:
+        self.evaluator = evaluator
+
+    async def aclose(self) -> None:
+        await self.evaluator.aclose()
+
+    async def judge(
+        self, case: GenerationCase, answer: str, contexts: Sequence[str]
+    ) -> JudgeScores:
+        trace = Trace(
+            trace_id=f"golden-{case.id}",
+            timestamp=datetime.now(UTC),
+            query=case.question,
+            answer=answer,
+            contexts=[Context(id=f"c{i}", text=text) for i, text in enumerate(contexts, 1)],
+            language=case.language,
+            reference=case.reference,
+        )
+        result = await self.evaluator.evaluate_reference(trace)
+        values: dict[str, float | None] = {}
+        unmeasured: dict[str, str] = {}
+        for name in JUDGE_METRICS:
+            score = result.scores.get(name, Score.unmeasured("judge_error"))
+            values[name] = score.value
+            if score.value is None:
+                unmeasured[name] = score.reason or "judge_error"
+        return JudgeScores(
+            answer_correctness=values["answer_correctness"],
+            semantic_similarity=values["semantic_similarity"],
+            context_recall=values["context_recall"],
+            reason="; ".join(result.errors) or None,
+            unmeasured=unmeasured,
+        )
+
+
+@asynccontextmanager
+async def open_answer_judge(
+    config: JudgeConfig | None, metrics: JudgeMetrics | None = None
+) -> AsyncIterator[AnswerJudge | None]:
+    """The answer judge ``config`` describes (None when the judge is not active), closed on exit.
+
+    ``metrics``: the process's judge metrics (one :class:`JudgeMetrics` per registry); a private
+    registry when omitted."""
+    if config is None or not config.active:
+        yield None
+        return
+    judge: LLMAnswerJudge | RagasAnswerJudge
+    if config.backend == "ragas":
+        judge = RagasAnswerJudge(RagasEvaluator(config, metrics))
+    else:
+        judge = LLMAnswerJudge(config, metrics)
+    try:
+        yield judge
+    finally:
+        await judge.aclose()
+
+
+__all__ = ["GOLDEN_EVALUATOR", "LLMAnswerJudge", "RagasAnswerJudge", "open_answer_judge"]
