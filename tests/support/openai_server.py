@@ -58,7 +58,7 @@ from typing import Any
 
 from aiohttp import web
 
-TASKS = ("ragmon_faithfulness", "ragmon_relevance", "ragmon_turn")
+TASKS = ("ragmon_faithfulness", "ragmon_relevance", "ragmon_turn", "ragmon_reference")
 _DATA_RE = re.compile(r"<data>\n?(.*?)\n?</data>", re.S)
 _SENTENCE_RE = re.compile("(?<=[.!?])\\s+|(?<=[\u3002\uff01\uff1f])\\s*")
 EMBEDDING_DIMENSIONS = 256
@@ -188,6 +188,20 @@ def split_sentences(text: str) -> list[str]:
 
 def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"\w+", text.lower()) if len(w) > 2}
+
+
+def _terms(text: str) -> set[str]:
+    """Latin words longer than 2 characters and the character bigrams of CJK runs."""
+    terms = {w for w in re.findall(r"[^\W\u3040-\u30ff\u3400-\u9fff]+", text.lower()) if len(w) > 2}
+    for run in _CJK_RE.findall(text):
+        terms.update(run[i : i + 2] for i in range(max(1, len(run) - 1)))
+    return terms
+
+
+def _mostly_in(sentence: str, text: str) -> bool:
+    """At least half of `sentence`'s terms (see :func:`_terms`) occur in `text`."""
+    terms = _terms(sentence)
+    return bool(terms) and len(terms & _terms(text)) * 2 >= len(terms)
 
 
 def embed(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
@@ -490,6 +504,8 @@ class OpenAIServer:
             return self._relevance(data)
         if task == "ragmon_turn":
             return self._turn(data)
+        if task == "ragmon_reference":
+            return self._reference(data)
         return {"error": "unknown task"}
 
     def _contexts(self, data: dict[str, Any]) -> list[tuple[str, list[str]]]:
@@ -539,6 +555,32 @@ class OpenAIServer:
             "relevancy_reason": "scripted",
             "contexts": contexts,
         }
+
+    def _reference(self, data: dict[str, Any]) -> dict[str, Any]:
+        reference = {str(k): str(v) for k, v in (data.get("reference") or {}).items()}
+        contexts = " ".join(str(c) for c in (data.get("contexts") or {}).values())
+        answer = str(data.get("answer") or "")
+        reference_text = " ".join(reference.values())
+        statements = [
+            {
+                "statement": sentence,
+                "verdict": "TP"
+                if self.unsupported_marker not in sentence and _mostly_in(sentence, reference_text)
+                else "FP",
+                "reason": "scripted",
+            }
+            for sentence in split_sentences(answer)
+        ]
+        sentences = [
+            {
+                "id": rid,
+                "in_answer": _mostly_in(text, answer),
+                "in_contexts": bool(contexts) and _mostly_in(text, contexts),
+                "reason": "scripted",
+            }
+            for rid, text in reference.items()
+        ]
+        return {"answer_statements": statements, "reference_sentences": sentences}
 
     def _turn(self, data: dict[str, Any]) -> dict[str, Any]:
         answer = str(data.get("latest_answer") or "")
