@@ -1219,6 +1219,27 @@ def golden() -> dict[str, Any]:
                 width=8,
             )
         )
+    judged = 'metric=~"answer_correctness|semantic_similarity|context_recall"'
+    panels.append(
+        timeseries(
+            "Answers against references (judge)",
+            [
+                target(
+                    "max by (suite, mode, metric) (ragmon_golden_metric_ratio"
+                    f"{sel(suite, mode, judged)})",
+                    "{{suite}} {{mode}} {{metric}}",
+                )
+            ],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            width=8,
+            description="Generation suites with a reference answer, scored by the judge: answer "
+            "correctness (0.75 statement F1 + 0.25 semantic similarity), semantic similarity, "
+            "context recall. Empty when no judge is configured (the measures are unmeasured, "
+            "never 0).",
+        )
+    )
     panels.append(row("Latency and duration"))
     panels += [
         timeseries(
