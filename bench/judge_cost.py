@@ -1,6 +1,7 @@
 """What does a judged trace cost: the LLM judge versus the ragas adapter?
 
     python bench/judge_cost.py [--strictness 3] [--json OUT]
+    python bench/judge_cost.py --reference [--json OUT]
 
 Scores the same 20 traces (10 English, 10 Japanese, written below) with
 :class:`monitor.evaluate.llm.LLMJudge` and with
@@ -23,6 +24,12 @@ two calls. ragas's embedding requests (answer relevancy) are counted apart and n
 totals. The judge's cache is off, so every trace is a miss.
 
 Target (issue 3): at most 2 chat calls per judged trace, and at most a quarter of ragas's tokens.
+
+``--reference`` compares the golden-set answer judges instead (``LLMAnswerJudge`` versus
+``RagasAnswerJudge`` of :mod:`monitor.golden.judges`):
+answer correctness, semantic similarity and context recall against a reference answer (here:
+each trace's first context, a reference of realistic length), per golden case. No target is
+set for these; the figures say what a scheduled generation suite costs per case.
 Needs the ``ragas`` extra (``pip install 'rag-monitor[ragas]'``) and the test support code.
 """
 
@@ -295,7 +302,7 @@ class Cost:
         return self.tokens + self.schema_tokens
 
 
-def count(requests: list[Received], result: EvaluationResult) -> Cost:
+def count(requests: list[Received], result: EvaluationResult | None) -> Cost:
     cost = Cost()
     for r in requests:
         usage = r.usage or {}
@@ -309,15 +316,16 @@ def count(requests: list[Received], result: EvaluationResult) -> Cost:
             rf = r.body.get("response_format")
             if isinstance(rf, dict) and rf.get("type") == "json_schema":
                 cost.schema_tokens += len(json.dumps(rf, ensure_ascii=False)) // 4
-    cost.unmeasured = [
-        f"{m}:{result.scores[m].reason}" for m in SHARED if not result.scores[m].measured
-    ]
+    if result is not None:
+        cost.unmeasured = [
+            f"{m}:{result.scores[m].reason}" for m in SHARED if not result.scores[m].measured
+        ]
     return cost
 
 
 async def run(strictness: int) -> dict[str, dict[str, list[Cost]]]:
     from monitor.evaluate.ragas_adapter import RagasEvaluator
-    from tests.test_ragas_adapter import RagasScript
+    from tests.support.ragas_script import RagasScript
 
     traces = build_traces()
     costs: dict[str, dict[str, list[Cost]]] = {"llm": {}, "ragas": {}}
@@ -351,6 +359,41 @@ async def run(strictness: int) -> dict[str, dict[str, list[Cost]]]:
     return costs
 
 
+async def run_reference() -> dict[str, dict[str, list[Cost]]]:
+    from monitor.evaluate.ragas_adapter import RagasEvaluator
+    from monitor.golden.dataset import GenerationCase
+    from monitor.golden.judges import LLMAnswerJudge, RagasAnswerJudge
+    from tests.support.ragas_script import RagasScript
+
+    costs: dict[str, dict[str, list[Cost]]] = {"llm": {}, "ragas": {}}
+    async with OpenAIServer(script=RagasScript()) as server:
+        config = JudgeConfig(
+            base_url=server.url, model="judge-test", timeout_seconds=30.0, max_retries=1
+        )
+        judges: list[tuple[str, Any]] = [
+            ("llm", LLMAnswerJudge(config, JudgeMetrics(CollectorRegistry()))),
+            ("ragas", RagasAnswerJudge(RagasEvaluator(config, JudgeMetrics(CollectorRegistry())))),
+        ]
+        try:
+            for name, judge in judges:
+                for t in build_traces():
+                    case = GenerationCase(
+                        id=t.trace_id,
+                        question=t.query,
+                        language=t.language,
+                        reference=t.contexts[0].text,
+                    )
+                    server.reset()
+                    scores = await judge.judge(case, t.answer, [c.text for c in t.contexts])
+                    cost = count(list(server.requests), None)
+                    cost.unmeasured = [f"{k}:{v}" for k, v in scores.unmeasured.items()]
+                    costs[name].setdefault(t.language or "en", []).append(cost)
+        finally:
+            for _, judge in judges:
+                await judge.aclose()
+    return costs
+
+
 def _mean(values: list[int]) -> float:
     return statistics.fmean(values) if values else 0.0
 
@@ -375,12 +418,13 @@ def summarise(costs: dict[str, dict[str, list[Cost]]]) -> dict[str, Any]:
     return rows
 
 
-def print_table(rows: dict[str, Any]) -> dict[str, Any]:
+def print_table(rows: dict[str, Any], reference: bool = False) -> dict[str, Any]:
     header = (
         f"{'evaluator/lang':<14} {'traces':>6} {'calls':>6} {'max':>4} {'prompt':>8} "
         f"{'compl.':>7} {'total':>8} {'+schema':>8} {'emb.calls':>9} {'emb.tok':>8} {'unmeas.':>7}"
     )
-    print("per judged trace (means), counted at the scripted server")
+    unit = "golden case" if reference else "judged trace"
+    print(f"per {unit} (means), counted at the scripted server")
     print(header)
     print("-" * len(header))
     for key, r in rows.items():
@@ -412,6 +456,8 @@ def print_table(rows: dict[str, Any]) -> dict[str, Any]:
             f"(prompt {r['prompt_tokens']:.3f}; +schema {r['tokens_with_schema']:.3f})"
         )
     llm_all, ratio_all = rows["llm/all"], ratios["all"]
+    if reference:
+        return {"rows": rows, "ratios": ratios}
     calls_ok = llm_all["max_chat_calls"] <= 2
     worst = max(ratio_all["tokens"] or 0.0, ratio_all["tokens_with_schema"] or 0.0)
     tokens_ok = ratio_all["tokens"] is not None and worst <= 0.25
@@ -435,10 +481,15 @@ def main() -> None:
     parser.add_argument(
         "--strictness", type=int, default=3, help="ragas AnswerRelevancy questions (default 3)"
     )
+    parser.add_argument(
+        "--reference", action="store_true", help="the golden-set answer judges instead"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    costs = asyncio.run(run(args.strictness))
-    report = print_table(summarise(costs))
+    if args.reference:
+        report = print_table(summarise(asyncio.run(run_reference())), reference=True)
+    else:
+        report = print_table(summarise(asyncio.run(run(args.strictness))))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
 
