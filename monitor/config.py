@@ -58,7 +58,8 @@ def env_name(dotted_field: str) -> str:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # allow_inf_nan=False: "inf" or ".nan" in a float setting is a typo, not "no limit"
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 def _is_file(path: Path) -> bool:
@@ -91,6 +92,12 @@ class KafkaConfig(_Section):
     session_timeout_ms: int = Field(default=30_000, gt=0)
     heartbeat_interval_ms: int = Field(default=3_000, gt=0)
     max_poll_interval_ms: int = Field(default=300_000, gt=0)
+    ready_fetch_stale_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="/readyz fails when no fetch response came from the broker for this long "
+        "(a stalled connection), unless reading is held back by backpressure",
+    )
     otlp_assembly_window_seconds: float = Field(default=5.0, ge=0)
     otlp_max_pending_traces: int = Field(default=10_000, gt=0)
 
@@ -188,6 +195,7 @@ class Settings(BaseSettings):
         env_nested_delimiter=ENV_NESTED_DELIMITER,
         extra="forbid",
         validate_default=True,
+        allow_inf_nan=False,
     )
 
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)

@@ -105,10 +105,13 @@ class Daemon:
         stalled = time.monotonic() - self._heartbeat
         if stalled <= self.settings.http.health_stall_seconds:
             return True, "ok"
-        if self._active_ingest is not None and self._active_ingest.waiting_for_capacity:
+        if self._reading_held_back():
             # Held up by a slow sink, not stuck: a restart would not help.
             return True, "waiting for in-flight traces to finish (backpressure)"
         return False, f"consume loop stalled for {stalled:.0f}s"
+
+    def _reading_held_back(self) -> bool:
+        return self._active_ingest is not None and self._active_ingest.waiting_for_capacity
 
     def _ready(self) -> tuple[bool, str]:
         if self._stop.is_set():
@@ -122,6 +125,10 @@ class Daemon:
             return False, "no partitions assigned"
         if not self._kafka.coordinator_known:
             return False, "group coordinator unreachable (broker outage?)"
+        age = self._kafka.fetch_response_age()
+        limit = self.settings.kafka.ready_fetch_stale_seconds
+        if age is not None and age > limit and not self._reading_held_back():
+            return False, f"no fetch response from the broker for {age:.0f}s (stalled connection?)"
         if self.store is not None and self.store.unavailable_since is not None:
             return False, "results store unavailable"
         return True, f"{len(assigned)} partitions assigned"

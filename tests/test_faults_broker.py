@@ -306,11 +306,5 @@ def test_readiness_reports_a_cut_connection(connection_faults: Run) -> None:
     _readiness_reflects(connection_faults, "connection cut")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Daemon._ready (monitor/daemon.py) relies on KafkaSource.coordinator_known, "
-    "which aiokafka clears only when a request fails or times out (request_timeout_ms, 40 s): "
-    "a stalled connection, where nothing fails, keeps /readyz at 200",
-)
 def test_readiness_reports_a_stalled_connection(connection_faults: Run) -> None:
     _readiness_reflects(connection_faults, "connection stalled")

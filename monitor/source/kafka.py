@@ -96,6 +96,25 @@ class KafkaSource:
         coordinator = getattr(self._consumer, "_coordinator", None)
         return getattr(coordinator, "coordinator_id", None) is not None
 
+    def fetch_response_age(self) -> float | None:
+        """Seconds since the broker last answered a fetch for any assigned partition; None
+        before the first answer after an assignment.
+
+        aiokafka's fetcher asks for every assigned partition without buffered records about
+        every ``fetch_max_wait_ms`` (0.5 s), records or not, so on a healthy connection this stays
+        under a second. It grows while the connection is stalled (nothing fails until the
+        40 s request timeout) -- and while buffered records wait for the daemon to read them,
+        which the caller must tell apart (backpressure).
+        """
+        stamps: list[int] = [
+            stamp
+            for tp in self._consumer.assignment()
+            if (stamp := self._consumer.last_poll_timestamp(tp)) is not None
+        ]
+        if not stamps:
+            return None
+        return max(0.0, time.time() - max(stamps) / 1000.0)
+
     async def fetch(self, timeout_ms: int = 500) -> list[RawMessage]:
         batches = await self._consumer.getmany(
             timeout_ms=timeout_ms, max_records=self._config.fetch_max_records
