@@ -40,7 +40,7 @@ MAX_CARRIED_CONSTRAINTS = 20
 
 
 class ConversationConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     idle_seconds: float = Field(default=1800.0, gt=0, description="a conversation ends after this")
     max_conversations: int = Field(default=100_000, gt=0)

@@ -67,6 +67,11 @@ def test_check_config_masks_secrets(tmp_path: Path) -> None:
         ("", {"RAGMON_LOG__FORMAT": "xml"}, "log.format"),
         ("", {"RAGMON_KAFKA__TOPICS": "not json"}, "kafka.topics"),
         ("kafka:\n  security_protocol: SASL_SSL\n", {}, "kafka"),
+        # "inf" would disable a bound silently, "nan" compares false with everything
+        ("kafka:\n  commit_interval_seconds: .inf\n", {}, "kafka.commit_interval_seconds"),
+        ("", {"RAGMON_SAMPLING__RATE": "nan"}, "sampling.rate"),
+        ("", {"RAGMON_JUDGE__TIMEOUT_SECONDS": "inf"}, "judge.timeout_seconds"),
+        ("", {"RAGMON_CONVERSATIONS__IDLE_SECONDS": "Infinity"}, "conversations.idle_seconds"),
     ],
 )
 def test_an_invalid_config_names_the_field_and_exits_non_zero(

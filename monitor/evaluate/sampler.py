@@ -21,7 +21,7 @@ Decision = Literal["sampled", "priority", "skipped"]
 
 
 class SamplingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     rate: float = Field(default=0.05, ge=0, le=1, description="share of conversations judged")
     agent_rates: dict[str, float] = Field(default_factory=dict)

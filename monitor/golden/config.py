@@ -88,7 +88,7 @@ _MODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,31}$")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class ResponseMapping(_Section):
