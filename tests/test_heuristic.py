@@ -124,6 +124,40 @@ def test_number_written_differently_is_still_supported() -> None:
     assert value(res, "faithfulness") == 1.0
 
 
+def test_one_invented_date_in_a_long_answer_is_not_averaged_away() -> None:
+    """The lower quartile ignores one weak statement among five; an invented year is not a weak
+    fragment, so it still pulls the answer's support down (halfway to that statement)."""
+    grounded = [
+        "The Lumen Bridge is in Harwick.",
+        "It spans 420 metres across the Tamsin River.",
+        "It was designed by the engineer Clara Voss.",
+        "It carries about 18,000 vehicles a day.",
+    ]
+    good = EV.evaluate(make_trace(BRIDGE_Q, BRIDGE, " ".join([*grounded, "It opened in 1998."])))
+    bad = EV.evaluate(make_trace(BRIDGE_Q, BRIDGE, " ".join([*grounded, "It opened in 2004."])))
+    assert "unsupported_entities" in bad.flags
+    weakest = min(v.support or 0.0 for v in bad.statements)
+    assert value(bad, "support") < value(good, "support") - 0.2
+    assert weakest < value(bad, "support") < value(good, "support")
+    # Japanese: an invented year in a three-sentence answer
+    ja_good = EV.evaluate(
+        make_trace(
+            LIBRARY_Q,
+            LIBRARY,
+            "図書館は1975年に開館した。蔵書数は約12万冊である。隣には市民プールがある。",
+        )
+    )
+    ja_bad = EV.evaluate(
+        make_trace(
+            LIBRARY_Q,
+            LIBRARY,
+            "図書館は1982年に開館した。蔵書数は約12万冊である。隣には市民プールがある。",
+        )
+    )
+    assert "unsupported_entities" in ja_bad.flags
+    assert value(ja_bad, "support") < value(ja_good, "support")
+
+
 # --- Japanese --------------------------------------------------------------------------------
 
 
@@ -369,8 +403,8 @@ def test_fast_on_a_typical_trace() -> None:
 
 # --- measured quality on the shared development data ----------------------------------------
 
-# bench/detect.py on dev_en.jsonl + dev_ja.jsonl reached (support score): macro AUROC 0.862 over
-# the six (dataset, task_type) groups, 0.846 on dev_en, 0.883 on dev_ja. The floors leave a
+# bench/detect.py on dev_en.jsonl + dev_ja.jsonl reached (support score): macro AUROC 0.880 over
+# the six (dataset, task_type) groups, 0.854 on dev_en, 0.894 on dev_ja. The floors leave a
 # small margin for harmless changes; a real regression fails.
 MACRO_AUROC_FLOOR = 0.84
 FILE_AUROC_FLOOR = {"dev_en.jsonl": 0.82, "dev_ja.jsonl": 0.86}

@@ -137,6 +137,21 @@ def lower_quartile(values: list[float]) -> float:
     return v[lo] + (pos - lo) * (v[lo + 1] - v[lo])
 
 
+def answer_support(supports: list[StatementSupport]) -> float:
+    """The answer's continuous support: the lower quartile of its statement supports, pulled
+    halfway down to its weakest statement that carries hard evidence of invention -- a number,
+    date or name no context states, or a contradicted yes/no field.
+
+    The lower quartile keeps one mis-split or paraphrased fragment of a long answer from
+    deciding alone, but it also hides the one invented date in a five-sentence summary. Such a
+    statement is not a fragment: it gets half the say, however long the answer."""
+    lq = lower_quartile([s.support for s in supports])
+    hard = [s.support for s in supports if s.unsupported_entities or s.conflicts]
+    if not hard or min(hard) >= lq:
+        return lq
+    return 0.5 * (lq + min(hard))
+
+
 def _avg_precision(useful: list[bool]) -> float:
     """Average precision of the ranking: mean of precision@k over the useful positions k."""
     hits, total = 0, 0.0
@@ -190,9 +205,10 @@ class HeuristicEvaluator:
       :mod:`monitor.evaluate.support`) reaches ``params.threshold``. Refusal and filler statements
       ("Sure!", "Here is the summary:") are not claims.
     - ``support``: continuous faithfulness, the lower quartile of the statement supports (a
-      robust minimum: one unsupported statement pulls it down). It ranks answers by
-      hallucination risk better than the ratio, which ties a lot on short answers; use it for
-      alert thresholds and trends (bench/detect.py measures both).
+      robust minimum: one unsupported statement pulls it down), pulled halfway down to the
+      weakest statement with hard evidence of invention (see :func:`answer_support`). It
+      ranks answers by hallucination risk better than the ratio, which ties a lot on short
+      answers; use it for alert thresholds and trends (bench/detect.py measures both).
     - ``answer_relevancy``: share of the question's content terms the answer takes up (lexical
       focus); 0 for a refusal, as in ragas (a non-committal answer is not relevant).
     - ``context_precision``: average precision over the chunks in rank order, a chunk being
@@ -250,10 +266,10 @@ class HeuristicEvaluator:
         else:
             assert index is not None
             verdicts = [self._verdict(s, contexts) for s in checkable]
-            sup = [s.support.support for s in checkable if s.support is not None]
+            sup = [s.support for s in checkable if s.support is not None]
             supported = sum(1 for v in verdicts if v.supported)
             scores["faithfulness"] = Score.of(supported / len(verdicts))
-            scores["support"] = Score.of(lower_quartile(sup))
+            scores["support"] = Score.of(answer_support(sup))
             useful = self._useful_chunks(checkable, index)
             scores["context_precision"] = Score.of(_avg_precision(useful))
             scores["context_utilization"] = Score.of(sum(useful) / len(useful))
