@@ -439,3 +439,32 @@ def test_detection_quality_on_dev_data_does_not_regress() -> None:
         assert report.files[name]["support"] >= floor, (name, report.files[name])
     # and it beats the plain token-overlap baseline
     assert report.macro["support"] > report.macro["baseline"] + 0.03
+
+
+def test_window_search_through_postings_matches_the_plain_scan() -> None:
+    """Big traces find the best window through token postings (not statements x windows);
+    it must pick the same window with the same recall as scanning every window."""
+    from monitor.evaluate import support
+
+    words = [f"w{i}" for i in range(40)]
+    sentences = [
+        " ".join(words[(i * 7 + k * 3) % 40] for k in range(6)).capitalize() + "."
+        for i in range(200)
+    ]
+    contexts = [(f"c{j}", " ".join(sentences[j * 20 : (j + 1) * 20])) for j in range(10)]
+    index = support.ContextIndex.build(contexts, question="w1 w2")
+    assert len(index.windows) > support._SMALL_INDEX
+    for i in range(0, 200, 13):
+        statement = " ".join(words[(i * 5 + k) % 40] for k in range(5))
+        toks = support.content_tokens(statement)
+        weights = {t: index.weight(t) for t in dict.fromkeys(toks)}
+        partial = {t: 0.5 for t in weights if t in index.question_tokens}
+        total = sum(weights.values())
+        scanned, scanned_pos = 0.0, None
+        for pos, window in index.windows:
+            r = support._recall(weights, total, window, partial)
+            if r > scanned:
+                scanned, scanned_pos = r, pos
+        value, pos = support._best_window(index, weights, total, partial)
+        assert value == pytest.approx(scanned, abs=1e-12)
+        assert pos == scanned_pos
