@@ -122,7 +122,9 @@ class ScoringProcessor:
             self._metrics.sampler_decisions.labels(agent, "skipped").inc()
             return None
         shed_reason = None
-        if self._judge.circuit_open:
+        if decision == "rate_lowered":
+            shed_reason = "rate_lowered"
+        elif self._judge.circuit_open:
             shed_reason = "circuit_open"
         elif not self._sampler.budget_allows():
             shed_reason = "token_budget"

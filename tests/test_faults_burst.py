@@ -51,6 +51,7 @@ class Sample:
     phase: str
     lag: float
     shed: float
+    lowered: float
     rate: float
     in_flight: float
     queue: float
@@ -110,6 +111,7 @@ def test_a_tenfold_burst_sheds_judge_work_and_lag_recovers(
                         phase=phase,
                         lag=metric_value(m, "ragmon_kafka_consumer_lag_messages"),
                         shed=metric_value(m, "ragmon_sampler_shed_total", reason="queue_full"),
+                        lowered=metric_value(m, "ragmon_sampler_shed_total", reason="rate_lowered"),
                         rate=metric_value(m, "ragmon_sampler_effective_rate_ratio")
                         if m.get("ragmon_sampler_effective_rate_ratio")
                         else SAMPLING_RATE,
@@ -157,7 +159,8 @@ def test_a_tenfold_burst_sheds_judge_work_and_lag_recovers(
     print(
         f"\nbase lag <= {base_lag:.0f}, peak lag {peak:.0f}, back to <= {recovered_at:.0f} "
         f"{recovery_seconds:.1f}s after the burst; shed queue_full "
-        f"{samples[-1].shed:.0f}; effective rate min {min(s.rate for s in samples):.3f}, "
+        f"{samples[-1].shed:.0f}, rate_lowered {samples[-1].lowered:.0f}; "
+        f"effective rate min {min(s.rate for s in samples):.3f}, "
         f"{samples[-1].rate:.3f} at the end "
         f"(configured {SAMPLING_RATE}); judge queue max {max(s.queue for s in samples):.0f}; "
         f"in-flight max {max(s.in_flight for s in samples):.0f}; "
@@ -165,6 +168,8 @@ def test_a_tenfold_burst_sheds_judge_work_and_lag_recovers(
     )
     assert samples[-1].shed > base[-1].shed, "the burst made the sampler shed"
     assert min(s.rate for s in samples) < SAMPLING_RATE, "the effective rate was lowered"
+    # what the lowered rate left unjudged is counted as shed, not hidden among "skipped"
+    assert samples[-1].lowered > 0, "traces dropped by the lowered rate were counted"
     assert peak > recovered_at, "lag rose during the burst"
     assert after[-1].lag <= recovered_at, "lag came back after the burst"
     assert max(s.queue for s in samples) <= QUEUE_SIZE

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.models import EvaluationResult, Trace
 
-Decision = Literal["sampled", "priority", "skipped"]
+Decision = Literal["sampled", "priority", "skipped", "rate_lowered"]
+"""``rate_lowered``: the configured rate would have judged the trace, the load-lowered one did
+not -- judge work shed under load, counted with the other shed reasons."""
 
 
 class SamplingConfig(BaseModel):
@@ -64,8 +66,10 @@ class Sampler:
     def decide(self, trace: Trace, tier0: EvaluationResult) -> Decision:
         if self._is_priority(trace, tier0):
             return "priority"
-        key = trace.conversation_id or trace.trace_id
-        return "sampled" if _unit_hash(key) < self.effective_rate(trace.agent) else "skipped"
+        draw = _unit_hash(trace.conversation_id or trace.trace_id)
+        if draw < self.effective_rate(trace.agent):
+            return "sampled"
+        return "rate_lowered" if draw < self.base_rate(trace.agent) else "skipped"
 
     def _is_priority(self, trace: Trace, tier0: EvaluationResult) -> bool:
         cfg = self.config

@@ -1,0 +1,59 @@
+"""The sampler: deterministic per conversation, priority traces always, and what load sheds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from monitor.evaluate.sampler import Sampler, SamplingConfig
+from monitor.models import Context, EvaluationResult, Score, Trace
+
+NOW = datetime(2026, 11, 26, tzinfo=UTC)
+
+
+def trace(conversation: str) -> Trace:
+    return Trace(
+        trace_id=f"t-{conversation}",
+        timestamp=NOW,
+        conversation_id=conversation,
+        query="q",
+        contexts=[Context(id="c", text="text")],
+        answer="a",
+    )
+
+
+def tier0(support: float = 0.9) -> EvaluationResult:
+    return EvaluationResult(
+        trace_id="t",
+        timestamp=NOW,
+        evaluator="heuristic",
+        scores={"support": Score.of(support)},
+    )
+
+
+def test_a_conversation_is_judged_whole_or_not_at_all() -> None:
+    sampler = Sampler(SamplingConfig(rate=0.5))
+    decisions = {sampler.decide(trace(f"conv-{i}"), tier0()) for i in range(3)}
+    assert decisions <= {"sampled", "skipped"}
+    for i in range(50):
+        first = sampler.decide(trace(f"conv-{i}"), tier0())
+        assert all(sampler.decide(trace(f"conv-{i}"), tier0()) == first for _ in range(3))
+    share = sum(sampler.decide(trace(f"c{i}"), tier0()) == "sampled" for i in range(4000)) / 4000
+    assert 0.45 < share < 0.55
+
+
+def test_traces_the_lowered_rate_drops_are_told_apart_from_ordinary_skips() -> None:
+    """Under load the effective rate falls below the configured one. A trace the configured
+    rate would have judged is `rate_lowered` (shed, counted), not `skipped`."""
+    sampler = Sampler(SamplingConfig(rate=0.5, queue_size=100))
+    before = {f"c{i}": sampler.decide(trace(f"c{i}"), tier0()) for i in range(2000)}
+    sampler.observe_queue(90, now=10.0)  # over 3/4 full: halve the rate
+    assert sampler.effective_rate("default") == 0.25
+    after = {c: sampler.decide(trace(c), tier0()) for c in before}
+    lowered = [c for c in before if after[c] == "rate_lowered"]
+    assert lowered and all(before[c] == "sampled" for c in lowered)
+    assert all(after[c] == "skipped" for c in before if before[c] == "skipped")
+    assert 0.2 < sum(v == "sampled" for v in after.values()) / 2000 < 0.3
+    # priority traces are judged whatever the load
+    assert sampler.decide(trace(lowered[0]), tier0(support=0.1)) == "priority"
+    sampler.observe_queue(10, now=20.0)  # under 1/4: recover step by step
+    assert sampler.effective_rate("default") == 0.25 * 1.25
