@@ -120,6 +120,7 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "RagmonGoldenStale",
         "RagmonJudgeErrorRateHigh",
         "RagmonJudgeCircuitOpen",
+        "RagmonJudgeSheddingHigh",
         "RagmonDeadLetters",
         "RagmonConsumerLagGrowing",
         "RagmonNoEvaluations",

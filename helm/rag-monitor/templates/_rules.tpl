@@ -286,6 +286,22 @@ severity: {{ .severity }}
         summary: 'LLM judge circuit open for {{`{{ $labels.evaluator }}`}}'
         description: 'The circuit breaker of evaluator {{`{{ $labels.evaluator }}`}} has been open for {{ .circuitOpenFor }} on at least one replica: no judge calls are made and judged traces are shed (circuit_open).'
         runbook_url: {{ printf "%s/RagmonJudgeCircuitOpen.md" $base }}
+    - alert: RagmonJudgeSheddingHigh
+      expr: |-
+        (
+          sum (rate(ragmon_sampler_shed_total{reason!="circuit_open"}[30m]))
+          /
+          sum (rate(ragmon_sampler_decisions_total{outcome=~"sampled|priority|shed"}[30m]))
+        ) > {{ .shedRatio }}
+        and on ()
+        sum (increase(ragmon_sampler_decisions_total{outcome=~"sampled|priority|shed"}[30m])) >= {{ .minSelected }}
+      for: {{ .shedFor }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'The LLM judge is skipping {{`{{ $value | humanizePercentage }}`}} of the traces selected for it'
+        description: 'Over 30 minutes {{`{{ $value | humanizePercentage }}`}} of the traces the sampler selected for the judge (sampled or priority) were shed for load -- queue full, token budget, or the rate lowered under load (circuit_open is left to RagmonJudgeCircuitOpen) -- above {{ .shedRatio }}, with at least {{ .minSelected }} selected. Judged scores on the dashboards rest on a fraction of the intended sample.'
+        runbook_url: {{ printf "%s/RagmonJudgeSheddingHigh.md" $base }}
 {{- end }}
 {{- end }}
 - name: ragmon-alerts-pipeline
