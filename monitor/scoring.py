@@ -16,6 +16,7 @@ import structlog
 from monitor.evaluate.sampler import Sampler
 from monitor.export.results import ResultsPublisher
 from monitor.export.scoring_metrics import ScoringMetrics
+from monitor.export.span_events import add_evaluation_events
 from monitor.models import EvaluationResult, StatementVerdict, Trace
 from monitor.store import Store
 
@@ -155,6 +156,7 @@ class ScoringProcessor:
 
     async def _emit(self, trace: Trace, result: EvaluationResult) -> None:
         self._metrics.record(result)
+        add_evaluation_events(result)
         writes = []
         if self._store is not None:
             writes.append(self._save(trace, result))

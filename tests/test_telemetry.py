@@ -87,4 +87,50 @@ async def test_consume_spans_continue_the_traceparent_of_the_message(
     decode = by_name["rag-monitor decode"]
     assert decode.trace_id.hex() == TRACE_ID, "the producer's trace is continued"
     assert decode.parent_span_id.hex() == PARENT_SPAN
-    assert by_name["rag-monitor process"].parent_span_id == decode.span_id
+    process = by_name["rag-monitor process"]
+    assert process.parent_span_id == decode.span_id
+    # every tier-0 score is an OTel GenAI evaluation event on the processing span
+    events = [e for e in process.events if e.name == "gen_ai.evaluation.result"]
+    attributes = [{a.key: a.value for a in e.attributes} for e in events]
+    by_metric = {a["gen_ai.evaluation.name"].string_value: a for a in attributes}
+    assert {"faithfulness", "support", "answer_relevancy"} <= set(by_metric)
+    faithfulness = by_metric["faithfulness"]
+    assert faithfulness["rag_monitor.evaluator"].string_value == "heuristic"
+    assert 0.0 <= faithfulness["gen_ai.evaluation.score.value"].double_value <= 1.0
+    assert all("error.type" not in a for a in attributes if "gen_ai.evaluation.score.value" in a)
+
+
+def test_unmeasured_scores_are_events_with_their_reason_and_no_value() -> None:
+    from datetime import UTC, datetime
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from monitor.export.span_events import add_evaluation_events
+    from monitor.models import EvaluationResult, Score
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    result = EvaluationResult(
+        trace_id="t1",
+        timestamp=datetime(2026, 11, 26, tzinfo=UTC),
+        evaluator="llm",
+        scores={
+            "faithfulness": Score.of(0.25),
+            "context_precision": Score.unmeasured("no_contexts"),
+        },
+    )
+    add_evaluation_events(result)  # no recording span: nothing, no error
+    with provider.get_tracer("test").start_as_current_span("process"):
+        add_evaluation_events(result)
+    (span,) = exporter.get_finished_spans()
+    events = {e.attributes["gen_ai.evaluation.name"]: dict(e.attributes) for e in span.events}
+    assert events["faithfulness"] == {
+        "gen_ai.evaluation.name": "faithfulness",
+        "rag_monitor.evaluator": "llm",
+        "gen_ai.evaluation.score.value": 0.25,
+    }
+    assert events["context_precision"]["error.type"] == "no_contexts"
+    assert "gen_ai.evaluation.score.value" not in events["context_precision"]
