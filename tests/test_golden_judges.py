@@ -31,7 +31,7 @@ from monitor.evaluate.judge_reference import (
     parse_reference,
     reference_prompt,
 )
-from monitor.golden.answers import AnswerJudge
+from monitor.golden.answers import AnswerJudge, JudgeScores
 from monitor.golden.config import SuiteConfig
 from monitor.golden.dataset import GenerationCase
 from monitor.golden.judges import (
@@ -200,14 +200,26 @@ def test_prompt_numbers_the_reference_and_keeps_data_in_the_block() -> None:
 # --------------------------------------------------------------------------- the llm backend
 
 
-async def test_llm_judge_scores_against_the_reference(server: OpenAIServer) -> None:
-    registry = CollectorRegistry()
-    judge = LLMAnswerJudge(make_config(server), JudgeMetrics(registry))
-    assert isinstance(judge, AnswerJudge)
+async def judge_once(
+    server: OpenAIServer,
+    answer: str,
+    contexts: list[str],
+    case: GenerationCase = PYTHON,
+    metrics: JudgeMetrics | None = None,
+    **config: Any,
+) -> JudgeScores:
+    """One case through a fresh LLMAnswerJudge (closed afterwards)."""
+    judge = LLMAnswerJudge(make_config(server, **config), metrics)
     try:
-        scores = await judge.judge(PYTHON, GOOD, PYTHON.contexts or [])
+        return await judge.judge(case, answer, contexts)
     finally:
         await judge.aclose()
+
+
+async def test_llm_judge_scores_against_the_reference(server: OpenAIServer) -> None:
+    registry = CollectorRegistry()
+    assert issubclass(LLMAnswerJudge, AnswerJudge) and issubclass(RagasAnswerJudge, AnswerJudge)
+    scores = await judge_once(server, GOOD, PYTHON.contexts or [], metrics=JudgeMetrics(registry))
     assert scores.unmeasured == {}
     # both answer statements are in the reference and both reference sentences in the answer:
     # F1 = 1; the similarity is the cosine of the server's embeddings of answer and reference
@@ -231,12 +243,8 @@ async def test_llm_judge_scores_against_the_reference(server: OpenAIServer) -> N
 
 
 async def test_llm_judge_wrong_answers_and_missing_context(server: OpenAIServer) -> None:
-    judge = LLMAnswerJudge(make_config(server))
     wrong = "Python is a venomous snake from Asia. It was created by Guido van Rossum."
-    try:
-        scores = await judge.judge(PYTHON, wrong, ["Python was created by Guido van Rossum."])
-    finally:
-        await judge.aclose()
+    scores = await judge_once(server, wrong, ["Python was created by Guido van Rossum."])
     # TP 1 (Guido), FP 1 (the snake), FN 1 (the first reference sentence)
     similarity = cosine(embed(wrong), embed(PYTHON.reference or ""))
     assert scores.answer_correctness == pytest.approx(0.75 * 0.5 + 0.25 * similarity)
@@ -253,13 +261,9 @@ async def test_llm_judge_is_redacted_and_in_the_case_language(server: OpenAIServ
         contexts=["契約は年間プランです。"],
         reference="契約は年間プランです。",
     )
-    judge = LLMAnswerJudge(make_config(server))
-    try:
-        scores = await judge.judge(
-            case, "年間プランです。連絡先 tanaka@example.com", ["契約は年間プランです。"]
-        )
-    finally:
-        await judge.aclose()
+    scores = await judge_once(
+        server, "年間プランです。連絡先 tanaka@example.com", ["契約は年間プランです。"], case=case
+    )
     assert scores.semantic_similarity is not None
     sent = [r.text for r in server.requests if not r.embedding]
     sent += [" ".join(r.inputs) for r in server.requests if r.embedding]
@@ -273,11 +277,7 @@ async def test_llm_judge_failures_are_unmeasured_never_zero(server: OpenAIServer
         return None if received.embedding else Reply.error(500)
 
     server.script = chat_down
-    judge = LLMAnswerJudge(make_config(server))
-    try:
-        scores = await judge.judge(PYTHON, GOOD, PYTHON.contexts or [])
-    finally:
-        await judge.aclose()
+    scores = await judge_once(server, GOOD, PYTHON.contexts or [])
     assert scores.answer_correctness is None and scores.context_recall is None
     assert scores.unmeasured == {
         "answer_correctness": "judge_error",
@@ -290,11 +290,7 @@ async def test_llm_judge_failures_are_unmeasured_never_zero(server: OpenAIServer
 
     server.script = embeddings_down
     server.reset()
-    judge = LLMAnswerJudge(make_config(server))
-    try:
-        scores = await judge.judge(PYTHON, GOOD, PYTHON.contexts or [])
-    finally:
-        await judge.aclose()
+    scores = await judge_once(server, GOOD, PYTHON.contexts or [])
     assert scores.semantic_similarity is None and scores.answer_correctness is None
     assert scores.unmeasured["semantic_similarity"] == "judge_error"
     assert scores.unmeasured["answer_correctness"] == "semantic_similarity_judge_error"
@@ -306,11 +302,7 @@ async def test_llm_judge_failures_are_unmeasured_never_zero(server: OpenAIServer
 async def test_without_an_embedding_model_similarity_and_correctness_are_unmeasured(
     server: OpenAIServer,
 ) -> None:
-    judge = LLMAnswerJudge(make_config(server, embedding_model=None))
-    try:
-        scores = await judge.judge(PYTHON, GOOD, PYTHON.contexts or [])
-    finally:
-        await judge.aclose()
+    scores = await judge_once(server, GOOD, PYTHON.contexts or [], embedding_model=None)
     assert scores.unmeasured["semantic_similarity"] == "no_embedding_model"
     assert scores.unmeasured["answer_correctness"] == "semantic_similarity_no_embedding_model"
     assert scores.context_recall == pytest.approx(1.0)
