@@ -39,13 +39,23 @@ NOW = datetime(2026, 11, 26, tzinfo=UTC)
 
 def _pair(conversation: int, turn: int) -> tuple[Trace, EvaluationResult]:
     trace = Trace(
-        trace_id=f"t-{conversation}-{turn}", timestamp=NOW, agent=f"agent-{conversation % 3}",
-        conversation_id=f"conv-{conversation:07d}", turn=turn, query="q", contexts=[],
-        answer="The kettle holds 1.7 litres.", memory_tokens=120 * turn,
+        trace_id=f"t-{conversation}-{turn}",
+        timestamp=NOW,
+        agent=f"agent-{conversation % 3}",
+        conversation_id=f"conv-{conversation:07d}",
+        turn=turn,
+        query="q",
+        contexts=[],
+        answer="The kettle holds 1.7 litres.",
+        memory_tokens=120 * turn,
     )
     result = EvaluationResult(
-        trace_id=trace.trace_id, conversation_id=trace.conversation_id, turn=turn,
-        agent=trace.agent, timestamp=NOW, evaluator="heuristic",
+        trace_id=trace.trace_id,
+        conversation_id=trace.conversation_id,
+        turn=turn,
+        agent=trace.agent,
+        timestamp=NOW,
+        evaluator="heuristic",
         scores={"faithfulness": Score.of(1.0)},
         statements=[StatementVerdict(statement="The kettle holds 1.7 litres.", supported=True)],
     )
@@ -75,8 +85,10 @@ async def fill(count: int, turns: int) -> None:
     after, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     per = (after - before) / count
-    print(f"{count:,} active conversations x {turns} turns: {per:,.0f} bytes per conversation "
-          f"(target < 2048) | {len(pairs) / elapsed:,.0f} turns/s")
+    print(
+        f"{count:,} active conversations x {turns} turns: {per:,.0f} bytes per conversation "
+        f"(target < 2048) | {len(pairs) / elapsed:,.0f} turns/s"
+    )
 
 
 async def soak(seconds: float, rate: int) -> None:
@@ -101,8 +113,10 @@ async def soak(seconds: float, rate: int) -> None:
             next_report = now + max(5.0, seconds / 12)
         await asyncio.sleep(max(0.0, 0.1 - (time.monotonic() - now)))
     half = samples[len(samples) // 2 :]
-    print(f"soak: rss first half max {max(samples[: len(samples) // 2] or samples):.1f} MiB, "
-          f"second half {min(half):.1f}-{max(half):.1f} MiB")
+    print(
+        f"soak: rss first half max {max(samples[: len(samples) // 2] or samples):.1f} MiB, "
+        f"second half {min(half):.1f}-{max(half):.1f} MiB"
+    )
 
 
 def main() -> None:

@@ -145,14 +145,14 @@ async def _topics(bootstrap: str, prefix: str) -> None:
 
 
 def soak(args: argparse.Namespace, bootstrap: str) -> int:
-    from tests.support.openai_server import OpenAIServer, Received, Reply
-    from tests.support.traces import native_trace
-    from tests.test_faults_support import (
+    from tests.support.faults import (
         DaemonProcess,
         SteadyProducer,
         metric_value,
         native_message,
     )
+    from tests.support.openai_server import OpenAIServer, Received, Reply
+    from tests.support.traces import native_trace
 
     prefix = f"soak-{uuid.uuid4().hex[:6]}"
     asyncio.run(_topics(bootstrap, prefix))

@@ -26,12 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker
-from tests.support.kafka_io import create_topics
-from tests.support.services import service_unavailable
-from tests.support.tcp_proxy import TcpProxy
-from tests.support.traces import native_trace
-from tests.test_faults_support import (
+from tests.support.faults import (
     DaemonProcess,
     SteadyProducer,
     committed_total,
@@ -43,6 +38,11 @@ from tests.test_faults_support import (
     stored_by_evaluator,
     wait_until,
 )
+from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker
+from tests.support.kafka_io import create_topics
+from tests.support.services import service_unavailable
+from tests.support.tcp_proxy import TcpProxy
+from tests.support.traces import native_trace
 
 pytestmark = pytest.mark.kafka
 

@@ -22,11 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics
-from tests.support.openai_server import OpenAIServer, Received, Reply
-from tests.support.traces import native_trace
-from tests.test_faults_support import (
+from tests.support.faults import (
     DaemonProcess,
     SteadyProducer,
     committed_total,
@@ -37,6 +33,10 @@ from tests.test_faults_support import (
     stored_by_evaluator,
     wait_until,
 )
+from tests.support.kafka_broker import KafkaBroker
+from tests.support.kafka_io import create_topics
+from tests.support.openai_server import OpenAIServer, Received, Reply
+from tests.support.traces import native_trace
 
 pytestmark = pytest.mark.kafka
 

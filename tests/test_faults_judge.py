@@ -23,12 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics
-from tests.support.openai_server import OpenAIServer, Received, Reply
-from tests.support.tcp_proxy import TcpProxy
-from tests.support.traces import native_trace
-from tests.test_faults_support import (
+from tests.support.faults import (
     DaemonProcess,
     Samples,
     SteadyProducer,
@@ -40,6 +35,11 @@ from tests.test_faults_support import (
     stored_by_evaluator,
     wait_until,
 )
+from tests.support.kafka_broker import KafkaBroker
+from tests.support.kafka_io import create_topics
+from tests.support.openai_server import OpenAIServer, Received, Reply
+from tests.support.tcp_proxy import TcpProxy
+from tests.support.traces import native_trace
 
 pytestmark = pytest.mark.kafka
 

@@ -28,11 +28,7 @@ import pytest
 
 from monitor.evaluate.sampler import Sampler, SamplingConfig
 from monitor.models import EvaluationResult, Trace
-from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics, produce
-from tests.support.openai_server import OpenAIServer, Received, Reply
-from tests.support.traces import native_trace
-from tests.test_faults_support import (
+from tests.support.faults import (
     DaemonProcess,
     committed_total,
     end_total,
@@ -40,6 +36,10 @@ from tests.test_faults_support import (
     results_on_topic,
     wait_until,
 )
+from tests.support.kafka_broker import KafkaBroker
+from tests.support.kafka_io import create_topics, produce
+from tests.support.openai_server import OpenAIServer, Received, Reply
+from tests.support.traces import native_trace
 
 pytestmark = pytest.mark.kafka
 

@@ -21,11 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics
-from tests.support.tcp_proxy import TcpProxy
-from tests.support.traces import native_trace
-from tests.test_faults_support import (
+from tests.support.faults import (
     DaemonProcess,
     SteadyProducer,
     committed_total,
@@ -35,6 +31,10 @@ from tests.test_faults_support import (
     topic_records,
     wait_until,
 )
+from tests.support.kafka_broker import KafkaBroker
+from tests.support.kafka_io import create_topics
+from tests.support.tcp_proxy import TcpProxy
+from tests.support.traces import native_trace
 
 pytestmark = pytest.mark.kafka
 

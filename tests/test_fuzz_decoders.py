@@ -51,12 +51,7 @@ from monitor.source.otlp import (
     spans_to_trace,
 )
 from monitor.telemetry import context_from_headers
-from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics, produce
-from tests.support.otlp_spans import App, openinference_rag
-from tests.support.otlp_spans import encode as encode_otlp
-from tests.support.traces import native_trace
-from tests.test_faults_support import (
+from tests.support.faults import (
     DaemonProcess,
     committed_total,
     env_int,
@@ -64,6 +59,11 @@ from tests.test_faults_support import (
     topic_records,
     wait_until,
 )
+from tests.support.kafka_broker import KafkaBroker
+from tests.support.kafka_io import create_topics, produce
+from tests.support.otlp_spans import App, openinference_rag
+from tests.support.otlp_spans import encode as encode_otlp
+from tests.support.traces import native_trace
 
 EXAMPLES = env_int("RAGMON_FUZZ_EXAMPLES", 100)
 FUZZ = settings(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_faults_support import DaemonProcess, free_port, wait_until
+from tests.support.faults import DaemonProcess, free_port, wait_until
 
 
 def _listening(pid: int) -> set[tuple[str, int]]:

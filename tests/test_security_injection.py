@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.faults import DaemonProcess, committed_total, wait_until
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
 from tests.support.openai_server import OpenAIServer, Received, Reply
 from tests.support.traces import native_trace
-from tests.test_faults_support import DaemonProcess, committed_total, wait_until
 
 pytestmark = pytest.mark.kafka
 

@@ -28,11 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker
-from tests.support.openai_server import OpenAIServer, Received, Reply
-from tests.support.services import service_unavailable
-from tests.support.traces import native_trace
-from tests.test_faults_support import (
+from tests.support.faults import (
     REPO,
     DaemonProcess,
     committed_total,
@@ -41,6 +37,10 @@ from tests.test_faults_support import (
     topic_records,
     wait_until,
 )
+from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker
+from tests.support.openai_server import OpenAIServer, Received, Reply
+from tests.support.services import service_unavailable
+from tests.support.traces import native_trace
 
 pytestmark = pytest.mark.kafka
 

@@ -6,8 +6,6 @@
 - `SteadyProducer`: native traces produced from a thread at a settable rate (and bursts), riding
   out broker outages, remembering what the broker acknowledged.
 - Reading what the daemon left: the SQLite store's (trace_id, evaluator) rows, a topic's records.
-
-(They would sit in tests/support/; this change may only add test_* modules and the proxy there.)
 """
 
 from __future__ import annotations
