@@ -28,8 +28,10 @@ Target (issue 3): at most 2 chat calls per judged trace, and at most a quarter o
 ``--reference`` compares the golden-set answer judges instead (``LLMAnswerJudge`` versus
 ``RagasAnswerJudge`` of :mod:`monitor.golden.judges`):
 answer correctness, semantic similarity and context recall against a reference answer (here:
-each trace's first context, a reference of realistic length), per golden case. No target is
-set for these; the figures say what a scheduled generation suite costs per case.
+each trace's first context, a reference of realistic length) plus the reference-free
+faithfulness, answer relevancy and (LLM judge only; ragas 0.4 has none, counted unmeasured)
+context relevancy, per golden case. No target is set for these; the figures say what a
+scheduled generation suite costs per case.
 Needs the ``ragas`` extra (``pip install 'rag-monitor[ragas]'``) and the test support code.
 """
 
@@ -360,7 +362,6 @@ async def run(strictness: int) -> dict[str, dict[str, list[Cost]]]:
 
 
 async def run_reference() -> dict[str, dict[str, list[Cost]]]:
-    from monitor.evaluate.ragas_adapter import RagasEvaluator
     from monitor.golden.dataset import GenerationCase
     from monitor.golden.judges import LLMAnswerJudge, RagasAnswerJudge
     from tests.support.ragas_script import RagasScript
@@ -372,7 +373,7 @@ async def run_reference() -> dict[str, dict[str, list[Cost]]]:
         )
         judges: list[tuple[str, Any]] = [
             ("llm", LLMAnswerJudge(config, JudgeMetrics(CollectorRegistry()))),
-            ("ragas", RagasAnswerJudge(RagasEvaluator(config, JudgeMetrics(CollectorRegistry())))),
+            ("ragas", RagasAnswerJudge.from_config(config, JudgeMetrics(CollectorRegistry()))),
         ]
         try:
             for name, judge in judges:

@@ -1219,10 +1219,13 @@ def golden() -> dict[str, Any]:
                 width=8,
             )
         )
-    judged = 'metric=~"answer_correctness|semantic_similarity|context_recall"'
+    judged = (
+        'metric=~"answer_correctness|semantic_similarity|context_recall'
+        '|faithfulness|answer_relevancy|context_relevancy"'
+    )
     panels.append(
         timeseries(
-            "Answers against references (judge)",
+            "Answers scored by the judge",
             [
                 target(
                     "max by (suite, mode, metric) (ragmon_golden_metric_ratio"
@@ -1234,10 +1237,11 @@ def golden() -> dict[str, Any]:
             minimum=0,
             maximum=1,
             width=8,
-            description="Generation suites with a reference answer, scored by the judge: answer "
-            "correctness (0.75 statement F1 + 0.25 semantic similarity), semantic similarity, "
-            "context recall. Empty when no judge is configured (the measures are unmeasured, "
-            "never 0).",
+            description="Generation suites scored by the judge: against the reference answer, "
+            "answer correctness (0.75 statement F1 + 0.25 semantic similarity), semantic "
+            "similarity and context recall; without one, seed 001's faithfulness (target 0.8), "
+            "answer relevancy (0.7) and context relevancy (0.6). Empty when no judge is "
+            "configured (the measures are unmeasured, never 0).",
         )
     )
     panels.append(row("Latency and duration"))

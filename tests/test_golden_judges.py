@@ -221,6 +221,9 @@ async def test_llm_judge_scores_against_the_reference(server: OpenAIServer) -> N
     assert issubclass(LLMAnswerJudge, AnswerJudge) and issubclass(RagasAnswerJudge, AnswerJudge)
     scores = await judge_once(server, GOOD, PYTHON.contexts or [], metrics=JudgeMetrics(registry))
     assert scores.unmeasured == {}
+    # the reference-free measures of seed 001: the server's default judge supports every
+    # statement and finds every context useful and relevant
+    assert (scores.faithfulness, scores.answer_relevancy, scores.context_relevancy) == (1, 1, 1)
     # both answer statements are in the reference and both reference sentences in the answer:
     # F1 = 1; the similarity is the cosine of the server's embeddings of answer and reference
     similarity = cosine(embed(GOOD), embed(PYTHON.reference or ""))
@@ -228,9 +231,14 @@ async def test_llm_judge_scores_against_the_reference(server: OpenAIServer) -> N
     assert scores.answer_correctness == pytest.approx(0.75 + 0.25 * similarity)
     assert scores.context_recall == pytest.approx(1.0)
     assert scores.reason is not None and scores.reason.startswith("TP 2, FP 0, FN 0")
-    # one chat call and one embeddings request, counted as the golden evaluator's spend
+    # three chat calls (reference, faithfulness, relevance) and one embeddings request,
+    # counted as the golden evaluator's spend
     chats = [r for r in server.requests if not r.embedding]
-    assert [r.task for r in chats] == ["ragmon_reference"]
+    assert sorted(str(r.task) for r in chats) == [
+        "ragmon_faithfulness",
+        "ragmon_reference",
+        "ragmon_relevance",
+    ]
     assert [r.inputs for r in server.requests if r.embedding] == [
         [GOOD, PYTHON.reference],
     ]
@@ -279,9 +287,13 @@ async def test_llm_judge_failures_are_unmeasured_never_zero(server: OpenAIServer
     server.script = chat_down
     scores = await judge_once(server, GOOD, PYTHON.contexts or [])
     assert scores.answer_correctness is None and scores.context_recall is None
+    assert scores.faithfulness is None
     assert scores.unmeasured == {
         "answer_correctness": "judge_error",
         "context_recall": "judge_error",
+        "faithfulness": "judge_error",
+        "answer_relevancy": "judge_error",
+        "context_relevancy": "judge_error",
     }
     assert scores.semantic_similarity is not None  # the embeddings still answered
 
@@ -309,6 +321,20 @@ async def test_without_an_embedding_model_similarity_and_correctness_are_unmeasu
     assert not any(r.embedding for r in server.requests)
 
 
+async def test_a_case_without_reference_still_gets_the_reference_free_measures(
+    server: OpenAIServer,
+) -> None:
+    case = PYTHON.model_copy(update={"reference": None})
+    answer = "Python is a high-level programming language. UNSUPPORTED It runs on the JVM only."
+    scores = await judge_once(server, answer, PYTHON.contexts or [], case=case)
+    for name in ("answer_correctness", "semantic_similarity", "context_recall"):
+        assert scores.unmeasured[name] == "no_reference"
+    assert scores.faithfulness == pytest.approx(0.5)  # one of two statements unsupported
+    assert scores.answer_relevancy == 1.0
+    assert not any(r.task == "ragmon_reference" for r in server.requests)
+    assert not any(r.embedding for r in server.requests)
+
+
 async def test_open_answer_judge_follows_the_configuration(server: OpenAIServer) -> None:
     async with open_answer_judge(None) as none:
         assert none is None
@@ -333,13 +359,15 @@ async def test_ragas_backend_scores_only_the_reference_metrics(server: OpenAISer
         wrong = "Python is a snake. UNSUPPORTED It was created by Guido van Rossum."
         good = await judge.judge(PYTHON, GOOD, PYTHON.contexts or [])
         bad = await judge.judge(PYTHON, wrong, PYTHON.contexts or [])
-    assert good.unmeasured == {} and bad.unmeasured == {}
+    assert good.unmeasured == bad.unmeasured == {"context_relevancy": "not_scored_by_ragas"}
+    assert good.faithfulness == pytest.approx(1.0)
+    assert bad.faithfulness is not None and bad.faithfulness < 1.0
     assert good.context_recall == pytest.approx(1.0)
     assert good.answer_correctness is not None and bad.answer_correctness is not None
     assert good.answer_correctness > bad.answer_correctness
     assert good.semantic_similarity is not None and 0 < good.semantic_similarity <= 1
     tasks = {r.task for r in server.requests if not r.embedding}
-    assert "ragmon_faithfulness" not in tasks  # no reference-free metric was paid for
+    assert "ragmon_faithfulness" not in tasks  # ragas's own prompts, not the llm judge's
 
 
 # --------------------------------------------------------------------------- a whole suite

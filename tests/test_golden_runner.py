@@ -861,7 +861,8 @@ async def test_dataset_errors_propagate(tmp_path: Path) -> None:
 
 
 class FakeJudge:
-    """Scores 0.9 when the answer names Guido van Rossum, else 0.4; fails on RAG."""
+    """Against a reference: 0.9 when the answer names Guido van Rossum, else 0.4; faithfulness
+    0.7 for every answer (reference or not)."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -870,10 +871,13 @@ class FakeJudge:
         self, case: GenerationCase, answer: str, contexts: Sequence[str]
     ) -> JudgeScores:
         self.calls.append(case.id)
+        if case.reference is None:
+            return JudgeScores(faithfulness=0.7, unmeasured={"answer_correctness": "no_reference"})
         assert contexts, "the judge gets the contexts"
         return JudgeScores(
             answer_correctness=0.9 if "Guido" in answer else 0.4,
             semantic_similarity=0.8,
+            faithfulness=0.7,
             reason="fake",
         )
 
@@ -935,7 +939,7 @@ async def test_end_to_end_generation_without_judge(
     assert body["contexts"][1] == "Python was created by Guido van Rossum in 1991."
     report = render_markdown(result)
     assert "# 回答品質評価レポート" in report
-    assert "| [good] | n/m | n/m | n/m | 1.000 |" in report
+    assert "| [good] | n/m | n/m | n/m | n/m | n/m | n/m | 1.000 |" in report
     assert "contains 'Java is better'" in report
     assert "answer language en, expected ja" in report
     assert "does not admit it does not know" in report
@@ -952,8 +956,10 @@ async def test_end_to_end_generation_with_judge(
     assert isinstance(judge, AnswerJudge)
     result = await run_suite(generation_suite(service.url), judge=judge, progress=False)
     good, bad = result.modes
-    # only cases with a reference are judged: qa-001 and qa-002, in both modes
-    assert sorted(judge.calls) == ["qa-001", "qa-001", "qa-002", "qa-002"]
+    # every answered case is judged, in both modes; correctness only where there is a reference
+    assert sorted(judge.calls) == [f"qa-00{n}" for n in (1, 1, 2, 2, 3, 3, 4, 4)]
+    assert good.measured["faithfulness"] == 4 and good.metrics["faithfulness"] == 0.7
+    assert good.queries[3].unmeasured["answer_correctness"] == "no_reference"
     assert good.metrics["answer_correctness"] == pytest.approx(0.9)
     assert bad.metrics["answer_correctness"] == pytest.approx((0.4 + 0.9) / 2)
     assert good.metrics["semantic_similarity"] == pytest.approx(0.8)

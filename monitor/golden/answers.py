@@ -18,8 +18,9 @@ case folding, so full-width letters, half-width katakana and case do not matter.
   ``"other"`` (Chinese).
 
 Answer correctness (0.75 statement F1 + 0.25 semantic similarity), semantic similarity and
-context recall need a judge: an object with the :class:`AnswerJudge` protocol, supplied by the
-caller. Without one those metrics are *unmeasured* (``None``), never 0.
+context recall (against the case's reference), and seed 001's reference-free faithfulness,
+answer relevancy and context relevancy need a judge: an object with the :class:`AnswerJudge`
+protocol, supplied by the caller. Without one those metrics are *unmeasured* (``None``), never 0.
 """
 
 from __future__ import annotations
@@ -137,12 +138,16 @@ class JudgeScores:
 
     ``answer_correctness`` is seed 002's ``0.75 * statement F1 + 0.25 * semantic_similarity``
     against the reference; ``context_recall`` is the share of the reference's statements the
-    contexts support. All in [0, 1].
+    contexts support. ``faithfulness``, ``answer_relevancy`` and ``context_relevancy`` need no
+    reference (seed 001's targets: 0.8, 0.7, 0.6). All in [0, 1].
     """
 
     answer_correctness: float | None = None
     semantic_similarity: float | None = None
     context_recall: float | None = None
+    faithfulness: float | None = None
+    answer_relevancy: float | None = None
+    context_relevancy: float | None = None
     reason: str | None = None
     unmeasured: Mapping[str, str] = field(default_factory=dict)
     """Why a measure is ``None`` (``judge_timeout``, ``malformed_output``, ...), by name."""
@@ -152,9 +157,10 @@ class JudgeScores:
 class AnswerJudge(Protocol):
     """Scores an answer against the case's reference (an LLM judge or a ragas adapter).
 
-    Called only for cases with a ``reference`` and an answer. ``contexts`` are the contexts the
-    service reported using (or the case's own when the service returns none). Raising marks the
-    case's judge metrics unmeasured (``judge_error``); the run goes on.
+    Called for every case with an answer; without a ``reference`` the reference measures are
+    unmeasured (``no_reference``) and the reference-free ones are still scored. ``contexts`` are
+    the contexts the service reported using (or the case's own when the service returns none).
+    Raising marks the case's judge metrics unmeasured (``judge_error``); the run goes on.
     """
 
     async def judge(
@@ -162,12 +168,16 @@ class AnswerJudge(Protocol):
     ) -> JudgeScores: ...
 
 
-JUDGE_METRICS: Final = ("answer_correctness", "semantic_similarity", "context_recall")
+REFERENCE_METRICS: Final = ("answer_correctness", "semantic_similarity", "context_recall")
+REFERENCE_FREE_METRICS: Final = ("faithfulness", "answer_relevancy", "context_relevancy")
+JUDGE_METRICS: Final = REFERENCE_METRICS + REFERENCE_FREE_METRICS
 
 
 __all__ = [
     "CHECKABLE_LANGUAGES",
     "JUDGE_METRICS",
+    "REFERENCE_FREE_METRICS",
+    "REFERENCE_METRICS",
     "AnswerJudge",
     "AnswerLanguage",
     "JudgeScores",

@@ -419,9 +419,9 @@ class GoldenConfig(_Section):
     suites: list[SuiteConfig] = Field(default_factory=list)
     judge_answers: bool = Field(
         default=True,
-        description="score generation answers against their references with the judge "
-        "section's endpoint when it is active (answer correctness, semantic similarity, "
-        "context recall); false: those stay unmeasured",
+        description="score generation answers with the judge section's endpoint when it is "
+        "active (answer correctness, semantic similarity, context recall against references; "
+        "faithfulness, answer relevancy, context relevancy); false: those stay unmeasured",
     )
     report_dir: Path | None = Field(
         default=None, description="scheduled runs write <suite>/<UTC time>.md and .json here"

@@ -25,6 +25,7 @@ from pydantic import JsonValue
 from monitor.golden import ranking, stats
 from monitor.golden.answers import (
     JUDGE_METRICS,
+    REFERENCE_METRICS,
     JudgeScores,
     admits_not_knowing,
     answer_language,
@@ -157,7 +158,7 @@ def score_generation_case(case: GenerationCase, observation: Observation) -> Que
         elif observation.judge is not None and name in observation.judge.unmeasured:
             unmeasured[name] = observation.judge.unmeasured[name]
         else:
-            unmeasured[name] = _judge_gap(case, observation, failed, answer)
+            unmeasured[name] = _judge_gap(name, case, observation, failed, answer)
 
     return QueryResult(
         query_id=case.id,
@@ -181,12 +182,14 @@ def score_generation_case(case: GenerationCase, observation: Observation) -> Que
     )
 
 
-def _judge_gap(case: GenerationCase, observation: Observation, failed: bool, answer: str) -> str:
+def _judge_gap(
+    name: str, case: GenerationCase, observation: Observation, failed: bool, answer: str
+) -> str:
     if failed:
         return "request_failed"
     if observation.judge_error is not None:
         return "judge_error"
-    if case.reference is None:
+    if case.reference is None and name in REFERENCE_METRICS:
         return "no_reference"
     if not answer:
         return "empty_answer"

@@ -1,14 +1,23 @@
-"""Answer judges for generation suites: the configured judge endpoint scoring against references.
+"""Answer judges for generation suites: the configured judge endpoint scoring each answer.
 
 Two implementations of :class:`~monitor.golden.answers.AnswerJudge`, chosen by
-``judge.backend`` (:func:`open_answer_judge`):
+``judge.backend`` (:func:`open_answer_judge`). Both score, per case with an answer:
 
-- :class:`LLMAnswerJudge` (``llm``): one ``ragmon_reference`` chat call per case (statement
-  verdicts TP/FP/FN and the reference sentences' attribution to the contexts, see
-  :mod:`monitor.evaluate.judge_reference`) plus one embeddings request for the semantic
-  similarity of answer and reference (``judge.embedding_model``);
-- :class:`RagasAnswerJudge` (``ragas``): ragas's ``AnswerCorrectness``, ``SemanticSimilarity``
-  and ``ContextRecall`` through :class:`~monitor.evaluate.ragas_adapter.RagasEvaluator`.
+- against the case's ``reference`` (unmeasured ``no_reference`` without one): answer
+  correctness (0.75 statement F1 + 0.25 semantic similarity), semantic similarity, context
+  recall;
+- reference-free, seed 001's golden-set measures: faithfulness, answer relevancy, context
+  relevancy.
+
+:class:`LLMAnswerJudge` (``llm``): one ``ragmon_reference`` chat call (statement verdicts
+TP/FP/FN and the reference sentences' attribution to the contexts, see
+:mod:`monitor.evaluate.judge_reference`) and one embeddings request for the similarity of
+answer and reference (``judge.embedding_model``), plus the production judge's two calls
+(:class:`~monitor.evaluate.llm.LLMJudge`) for the reference-free measures -- all on one client,
+so one circuit breaker and one concurrency bound. :class:`RagasAnswerJudge` (``ragas``):
+ragas's ``AnswerCorrectness``, ``SemanticSimilarity``, ``ContextRecall``, ``Faithfulness`` and
+``AnswerRelevancy`` through :class:`~monitor.evaluate.ragas_adapter.RagasEvaluator` (ragas 0.4
+has no context relevancy: unmeasured ``not_scored_by_ragas``).
 
 Both redact everything sent (``judge.redaction``) and send at most ``max_context_chunks``
 contexts of at most ``max_chars_per_chunk`` characters. A metric that cannot be computed is
@@ -23,6 +32,7 @@ backend) or ``evaluator="ragas"``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -31,7 +41,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
-from monitor.evaluate.judge_client import CallFailure, JudgeClient, TokenTally
+from monitor.evaluate.judge_client import CallFailure, TokenTally
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import PromptLanguage
@@ -42,12 +52,18 @@ from monitor.evaluate.judge_reference import (
     parse_reference,
     reference_prompt,
 )
+from monitor.evaluate.llm import LLMJudge
 from monitor.evaluate.ragas_adapter import RagasEvaluator
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.text import detect_language
-from monitor.golden.answers import JUDGE_METRICS, AnswerJudge, JudgeScores
+from monitor.golden.answers import (
+    REFERENCE_FREE_METRICS,
+    REFERENCE_METRICS,
+    AnswerJudge,
+    JudgeScores,
+)
 from monitor.golden.dataset import GenerationCase
-from monitor.models import Context, Score, Trace
+from monitor.models import Context, EvaluationResult, Score, Trace
 
 GOLDEN_EVALUATOR: Final = "golden"
 
@@ -69,18 +85,54 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
     return max(0.0, min(1.0, sum(x * y for x, y in zip(a, b, strict=True)) / norm))
 
 
+def _as_trace(case: GenerationCase, answer: str, contexts: Sequence[str]) -> Trace:
+    """The case as a trace, for the evaluators that score traces."""
+    return Trace(
+        trace_id=f"golden-{case.id}",
+        timestamp=datetime.now(UTC),
+        query=case.question,
+        answer=answer,
+        contexts=[Context(id=f"c{i}", text=text) for i, text in enumerate(contexts, 1)],
+        language=case.language,
+        reference=case.reference,
+    )
+
+
+def _with_free_scores(scores: JudgeScores, result: EvaluationResult) -> JudgeScores:
+    """`scores` plus the reference-free measures of `result` (unmeasured with their reasons;
+    ``not_scored_by_<evaluator>`` where the evaluator has no such metric)."""
+    found = {
+        name: result.scores.get(name, Score.unmeasured(f"not_scored_by_{result.evaluator}"))
+        for name in REFERENCE_FREE_METRICS
+    }
+    unmeasured = {n: s.reason or "judge_error" for n, s in found.items() if s.value is None}
+    return dataclasses.replace(
+        scores,
+        faithfulness=found["faithfulness"].value,
+        answer_relevancy=found["answer_relevancy"].value,
+        context_relevancy=found["context_relevancy"].value,
+        unmeasured={**scores.unmeasured, **unmeasured},
+    )
+
+
+class _GoldenTraceJudge(LLMJudge):
+    """The production judge's reference-free prompts, its spend counted as ``golden``."""
+
+    name = GOLDEN_EVALUATOR
+
+
 class LLMAnswerJudge:
-    """Reference-based answer metrics with rag-monitor's own prompt (see the module docs)."""
+    """Answer metrics with rag-monitor's own prompts (see the module docs)."""
 
     def __init__(self, config: JudgeConfig, metrics: JudgeMetrics | None = None) -> None:
         self.config = config
         self.metrics = metrics if metrics is not None else JudgeMetrics(CollectorRegistry())
-        self.metrics.register_evaluator(GOLDEN_EVALUATOR)
         self.redactor = Redactor(config.redaction)
-        self.client = JudgeClient(config, self.metrics, GOLDEN_EVALUATOR)
+        self.trace_judge = _GoldenTraceJudge(config, self.metrics)
+        self.client = self.trace_judge.client  # one endpoint: one circuit, one concurrency bound
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.trace_judge.aclose()
 
     def _input(self, case: GenerationCase, answer: str, contexts: Sequence[str]) -> ReferenceInput:
         cfg, redact = self.config, self.redactor.redact
@@ -121,9 +173,18 @@ class LLMAnswerJudge:
     async def judge(
         self, case: GenerationCase, answer: str, contexts: Sequence[str]
     ) -> JudgeScores:
+        reference, evaluated = await asyncio.gather(
+            self._against_reference(case, answer, contexts),
+            self.trace_judge.evaluate(_as_trace(case, answer, contexts)),
+        )
+        return _with_free_scores(reference, evaluated)
+
+    async def _against_reference(
+        self, case: GenerationCase, answer: str, contexts: Sequence[str]
+    ) -> JudgeScores:
         inp = self._input(case, answer, contexts)
         if not inp.reference_sentences:
-            return JudgeScores(unmeasured=dict.fromkeys(JUDGE_METRICS, "no_reference"))
+            return JudgeScores(unmeasured=dict.fromkeys(REFERENCE_METRICS, "no_reference"))
         tally = TokenTally()
         verdicts, similarity = await asyncio.gather(
             self._verdicts(inp, tally, case.id), self._similarity(inp, tally, case.id)
@@ -176,10 +237,18 @@ def _summary(verdicts: ReferenceVerdicts, f1: float | None) -> str:
 
 
 class RagasAnswerJudge:
-    """The same three metrics computed by ragas (``judge.backend: ragas``)."""
+    """The same metrics computed by ragas (``judge.backend: ragas``); ragas 0.4 has no context
+    relevancy, so that one is unmeasured (``not_scored_by_ragas``)."""
 
     def __init__(self, evaluator: RagasEvaluator) -> None:
         self.evaluator = evaluator
+
+    @classmethod
+    def from_config(
+        cls, config: JudgeConfig, metrics: JudgeMetrics | None = None
+    ) -> RagasAnswerJudge:
+        """Only the metrics a golden case reports (no context precision or utilization)."""
+        return cls(RagasEvaluator(config, metrics, enabled=("faithfulness", "answer_relevancy")))
 
     async def aclose(self) -> None:
         await self.evaluator.aclose()
@@ -187,30 +256,19 @@ class RagasAnswerJudge:
     async def judge(
         self, case: GenerationCase, answer: str, contexts: Sequence[str]
     ) -> JudgeScores:
-        trace = Trace(
-            trace_id=f"golden-{case.id}",
-            timestamp=datetime.now(UTC),
-            query=case.question,
-            answer=answer,
-            contexts=[Context(id=f"c{i}", text=text) for i, text in enumerate(contexts, 1)],
-            language=case.language,
-            reference=case.reference,
-        )
-        result = await self.evaluator.evaluate_reference(trace)
-        values: dict[str, float | None] = {}
-        unmeasured: dict[str, str] = {}
-        for name in JUDGE_METRICS:
-            score = result.scores.get(name, Score.unmeasured("judge_error"))
-            values[name] = score.value
-            if score.value is None:
-                unmeasured[name] = score.reason or "judge_error"
-        return JudgeScores(
-            answer_correctness=values["answer_correctness"],
-            semantic_similarity=values["semantic_similarity"],
-            context_recall=values["context_recall"],
+        result = await self.evaluator.evaluate_with_reference(_as_trace(case, answer, contexts))
+        found = {
+            name: result.scores.get(name, Score.unmeasured("judge_error"))
+            for name in REFERENCE_METRICS
+        }
+        reference = JudgeScores(
+            answer_correctness=found["answer_correctness"].value,
+            semantic_similarity=found["semantic_similarity"].value,
+            context_recall=found["context_recall"].value,
             reason="; ".join(result.errors) or None,
-            unmeasured=unmeasured,
+            unmeasured={n: s.reason or "judge_error" for n, s in found.items() if s.value is None},
         )
+        return _with_free_scores(reference, result)
 
 
 @asynccontextmanager
@@ -226,7 +284,7 @@ async def open_answer_judge(
         return
     judge: LLMAnswerJudge | RagasAnswerJudge
     if config.backend == "ragas":
-        judge = RagasAnswerJudge(RagasEvaluator(config, metrics))
+        judge = RagasAnswerJudge.from_config(config, metrics)
     else:
         judge = LLMAnswerJudge(config, metrics)
     try:

@@ -8,7 +8,8 @@ share of queries that returned at least one document) and ``latency_p50_ms``,
 
 Generation (per case, averaged over the cases where it applies): ``must_not_contain_rate``,
 ``topic_coverage``, ``no_context_pass_rate``, ``false_refusal_rate``, ``language_pass_rate``,
-``answer_correctness``, ``semantic_similarity``, ``context_recall``; per mode ``coverage``
+``answer_correctness``, ``semantic_similarity``, ``context_recall``, ``faithfulness``,
+``answer_relevancy``, ``context_relevancy``; per mode ``coverage``
 (share of cases with a non-empty answer) and the latency percentiles.
 
 Latency and the two ``*_rate`` measures of bad outcomes are better when lower; every other
@@ -30,6 +31,9 @@ GENERATION_MEASURES: Final = (
     "answer_correctness",
     "semantic_similarity",
     "context_recall",
+    "faithfulness",
+    "answer_relevancy",
+    "context_relevancy",
     "topic_coverage",
     "must_not_contain_rate",
     "no_context_pass_rate",
@@ -110,6 +114,9 @@ _DISPLAY: Final = {
     "answer_correctness": "Correctness",
     "semantic_similarity": "Similarity",
     "context_recall": "Ctx recall",
+    "faithfulness": "Faithful",
+    "answer_relevancy": "Relevancy",
+    "context_relevancy": "Ctx relevancy",
     "topic_coverage": "Topics",
     "must_not_contain_rate": "Forbidden",
     "no_context_pass_rate": "No-ctx OK",

@@ -148,6 +148,27 @@ _SEED_ROWS: dict[str, _Row] = {
         ("raise candidateK / top_k", "strengthen query expansion"),
         "seed 002",
     ),
+    "faithfulness": _Row(
+        "answers state what the contexts do not support ({name} below target)",
+        "the model adds knowledge or invents details beyond the retrieved text",
+        (
+            "tell the model to answer only from the contexts and to say when they lack it",
+            "lower the temperature",
+        ),
+        "seed 001",
+    ),
+    "answer_relevancy": _Row(
+        "answers do not address the question ({name} below target)",
+        "evasive, off-topic or padded answers",
+        ("revisit the prompt", "check that the question reaches the model unaltered"),
+        "seed 001",
+    ),
+    "context_relevancy": _Row(
+        "retrieved contexts are mostly irrelevant ({name} below target)",
+        "retrieval returns noise around the useful passages",
+        ("add or tune a reranker", "lower top_k", "chunk documents smaller"),
+        "seed 001",
+    ),
 }
 
 _FAMILY = re.compile(r"^(mrr|recall|ndcg|precision|success)(?:_\d+)?$")

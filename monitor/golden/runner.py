@@ -156,12 +156,7 @@ async def _observe(run: _Run, item: Item, params: dict[str, JsonValue]) -> Obser
         attempts=reply.attempts,
         duplicates_dropped=reply.duplicates_dropped,
     )
-    if (
-        isinstance(item, GenerationCase)
-        and run.judge is not None
-        and item.reference is not None
-        and reply.answer
-    ):
+    if isinstance(item, GenerationCase) and run.judge is not None and reply.answer:
         contexts = reply.contexts if reply.contexts is not None else tuple(item.contexts or ())
         try:
             scores = await run.judge.judge(item, reply.answer, list(contexts))
