@@ -5,6 +5,11 @@ the figure that matters is the ratio (target >= 0.5), since this machine's absol
 
     python bench/ingest.py                      # starts the test broker (scripts/setup-kafka.sh)
     python bench/ingest.py --bootstrap HOST:PORT --traces 100000
+    python bench/ingest.py --scoring --traces 5000
+
+``--scoring`` also runs the whole default stage (tier 0 on every trace, results stored in a
+SQLite file, conversations tracked; no judge, no results topic) and prints traces/s from the
+first to the last stored result: what one replica scores end to end.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -99,7 +106,39 @@ async def daemon_path(bootstrap: str, topic: str, expected: int) -> float:
     return expected / (clock.last - clock.first)
 
 
-async def main_async(bootstrap: str, traces: int, rounds: int) -> None:
+async def _poll(condition: Callable[[], bool]) -> None:
+    # A Prometheus counter has no event to wait on; 5 ms polling is far below the run's length.
+    while not condition():  # noqa: ASYNC110
+        await asyncio.sleep(0.005)
+
+
+async def scoring_path(bootstrap: str, topic: str, expected: int) -> float:
+    """Traces/s through the default scoring stage, from the first processed to the last."""
+    with tempfile.TemporaryDirectory() as workdir:
+        settings = daemon_settings(
+            bootstrap, [topic], f"scoring-{uuid.uuid4().hex[:6]}", f"{topic}.dlq", format="auto"
+        ).model_copy(deep=True)
+        settings.store.url = SecretStr(f"sqlite+aiosqlite:///{Path(workdir) / 'results.db'}")
+        settings.results.topic = None
+        daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
+        task = asyncio.create_task(daemon.run())
+
+        def processed() -> float:
+            sample = daemon.metrics.registry.get_sample_value(
+                "ragmon_traces_processed_total", {"agent": "default", "outcome": "ok"}
+            )
+            return sample or 0.0
+
+        await _poll(lambda: processed() > 0)
+        first = time.perf_counter()
+        await _poll(lambda: processed() >= expected)
+        elapsed = time.perf_counter() - first
+        daemon.request_stop()
+        await task
+    return (expected - 1) / elapsed
+
+
+async def main_async(bootstrap: str, traces: int, rounds: int, scoring: bool = False) -> None:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     await create_topics(bootstrap, [topic], partitions=PARTITIONS)
     await create_topics(bootstrap, [f"{topic}.dlq"])
@@ -116,6 +155,11 @@ async def main_async(bootstrap: str, traces: int, rounds: int) -> None:
             f"round {round_no}: bare aiokafka {bare:,.0f} msg/s | daemon {daemon:,.0f} traces/s "
             f"| ratio {daemon / bare:.2f} (target >= 0.5)"
         )
+        if scoring:
+            scored = await scoring_path(bootstrap, topic, traces)
+            print(
+                f"round {round_no}: scored end to end (tier 0, SQLite store) {scored:,.0f} traces/s"
+            )
 
 
 def main() -> None:
@@ -123,14 +167,15 @@ def main() -> None:
     parser.add_argument("--bootstrap", help="an existing broker; default: start the test broker")
     parser.add_argument("--traces", type=int, default=30_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--scoring", action="store_true", help="also the whole scoring stage")
     args = parser.parse_args()
     if args.bootstrap:
-        asyncio.run(main_async(args.bootstrap, args.traces, args.rounds))
+        asyncio.run(main_async(args.bootstrap, args.traces, args.rounds, args.scoring))
         return
     from tests.support.kafka_broker import KafkaBroker
 
     with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
-        asyncio.run(main_async(broker.bootstrap, args.traces, args.rounds))
+        asyncio.run(main_async(broker.bootstrap, args.traces, args.rounds, args.scoring))
 
 
 if __name__ == "__main__":

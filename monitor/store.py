@@ -266,9 +266,11 @@ class Store:
         # The same key twice in one statement is an error on PostgreSQL: keep the last.
         unique = list({tuple(r[k] for k in keys): r for r in rows}.values())
         insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
-        stmt = insert(table).values(unique)
+        stmt = insert(table)
         updated = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
-        await conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updated))
+        # executemany form: one cached compiled statement, batched by SQLAlchemy's
+        # "insertmanyvalues"; .values(rows) compiled a new statement for every batch.
+        await conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updated), unique)
 
     async def get_result(self, trace_id: str, evaluator: str) -> EvaluationResult | None:
         async with self._engine.connect() as conn:
