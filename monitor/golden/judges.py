@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry
 from monitor.evaluate.judge_client import CallFailure, TokenTally
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.judge_prompts import PromptLanguage
+from monitor.evaluate.judge_prompts import prompt_language
 from monitor.evaluate.judge_reference import (
     ReferenceInput,
     ReferenceVerdicts,
@@ -55,7 +55,6 @@ from monitor.evaluate.judge_reference import (
 from monitor.evaluate.llm import LLMJudge
 from monitor.evaluate.ragas_adapter import RagasEvaluator
 from monitor.evaluate.redaction import Redactor
-from monitor.evaluate.text import detect_language
 from monitor.golden.answers import (
     REFERENCE_FREE_METRICS,
     REFERENCE_METRICS,
@@ -70,12 +69,6 @@ GOLDEN_EVALUATOR: Final = "golden"
 
 def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit].rstrip() + " …"
-
-
-def _language(case: GenerationCase, answer: str) -> PromptLanguage:
-    if case.language:
-        return "ja" if case.language.split("-")[0].strip().lower() == "ja" else "en"
-    return "ja" if detect_language(f"{case.question}\n{answer}") == "ja" else "en"
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -134,17 +127,17 @@ class LLMAnswerJudge:
     async def aclose(self) -> None:
         await self.trace_judge.aclose()
 
-    def _input(self, case: GenerationCase, answer: str, contexts: Sequence[str]) -> ReferenceInput:
+    def _input(self, trace: Trace) -> ReferenceInput:
         cfg, redact = self.config, self.redactor.redact
         shown = tuple(
-            _truncate(redact(c), cfg.max_chars_per_chunk)
-            for c in [c for c in contexts if c.strip()][: cfg.max_context_chunks]
+            _truncate(redact(c.text), cfg.max_chars_per_chunk)
+            for c in [c for c in trace.contexts if c.text.strip()][: cfg.max_context_chunks]
         )
         return ReferenceInput.build(
-            _language(case, answer),
-            redact(case.question),
-            redact(answer),
-            redact(case.reference or ""),
+            prompt_language(trace),
+            redact(trace.query),
+            redact(trace.answer),
+            redact(trace.reference or ""),
             shown,
         )
 
@@ -173,21 +166,19 @@ class LLMAnswerJudge:
     async def judge(
         self, case: GenerationCase, answer: str, contexts: Sequence[str]
     ) -> JudgeScores:
+        trace = _as_trace(case, answer, contexts)
         reference, evaluated = await asyncio.gather(
-            self._against_reference(case, answer, contexts),
-            self.trace_judge.evaluate(_as_trace(case, answer, contexts)),
+            self._against_reference(trace, case.id), self.trace_judge.evaluate(trace)
         )
         return _with_free_scores(reference, evaluated)
 
-    async def _against_reference(
-        self, case: GenerationCase, answer: str, contexts: Sequence[str]
-    ) -> JudgeScores:
-        inp = self._input(case, answer, contexts)
+    async def _against_reference(self, trace: Trace, case_id: str) -> JudgeScores:
+        inp = self._input(trace)
         if not inp.reference_sentences:
             return JudgeScores(unmeasured=dict.fromkeys(REFERENCE_METRICS, "no_reference"))
         tally = TokenTally()
         verdicts, similarity = await asyncio.gather(
-            self._verdicts(inp, tally, case.id), self._similarity(inp, tally, case.id)
+            self._verdicts(inp, tally, case_id), self._similarity(inp, tally, case_id)
         )
         unmeasured: dict[str, str] = {}
         if similarity.reason is not None:
