@@ -78,7 +78,8 @@ def dump_data(obj: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def _truncate(text: str, limit: int) -> str:
+def truncate(text: str, limit: int) -> str:
+    """At most `limit` characters of `text`, with an ellipsis where it was cut."""
     return text if len(text) <= limit else text[:limit].rstrip() + " …"
 
 
@@ -110,7 +111,7 @@ class JudgeInput:
     def build(cls, trace: Trace, redactor: Redactor, max_chunks: int, max_chars: int) -> JudgeInput:
         shown: list[ShownContext] = []
         for cid, text in _ordered_contexts(trace)[:max_chunks]:
-            clean = _truncate(redactor.redact(text), max_chars)
+            clean = truncate(redactor.redact(text), max_chars)
             sentences = tuple(split_sentences(clean)) or (clean.strip(),)
             shown.append(ShownContext(f"C{len(shown) + 1}", cid, sentences))
         return cls(
@@ -160,13 +161,13 @@ class TurnInput:
             answer=redactor.redact(trace.answer).strip(),
             history=tuple(
                 (
-                    _truncate(redactor.redact(u), max_chars),
-                    _truncate(redactor.redact(a), max_chars),
+                    truncate(redactor.redact(u), max_chars),
+                    truncate(redactor.redact(a), max_chars),
                 )
                 for u, a in recent
             ),
             constraints=tuple(
-                (f"K{i}", cid, _truncate(redactor.redact(text), max_chars))
+                (f"K{i}", cid, truncate(redactor.redact(text), max_chars))
                 for i, (cid, text) in enumerate(constraints, 1)
             ),
         )

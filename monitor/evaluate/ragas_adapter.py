@@ -67,6 +67,7 @@ from prometheus_client import CollectorRegistry
 from monitor.evaluate.circuit import CircuitBreaker, CircuitState
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
+from monitor.evaluate.judge_prompts import truncate
 from monitor.evaluate.ragas_runtime import (
     RAGAS_EXTRA_HINT,
     RagasModules,
@@ -101,10 +102,6 @@ DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
 _EPSILON = 1e-6
 
 
-def _truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit].rstrip() + " …"
-
-
 @dataclass(frozen=True)
 class RagasInput:
     """What ragas sees of a trace: redacted, the first K chunks, each truncated."""
@@ -131,7 +128,7 @@ class RagasInput:
             question=redactor.redact(trace.query).strip(),
             answer=redactor.redact(trace.answer).strip(),
             contexts=tuple(
-                _truncate(redactor.redact(c.text), max_chars).strip() for c in chunks[:max_chunks]
+                truncate(redactor.redact(c.text), max_chars).strip() for c in chunks[:max_chunks]
             ),
             reference=redactor.redact(ref or "").strip(),
         )

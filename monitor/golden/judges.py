@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry
 from monitor.evaluate.judge_client import CallFailure, TokenTally
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.judge_prompts import prompt_language
+from monitor.evaluate.judge_prompts import prompt_language, truncate
 from monitor.evaluate.judge_reference import (
     ReferenceInput,
     ReferenceVerdicts,
@@ -65,10 +65,6 @@ from monitor.golden.dataset import GenerationCase
 from monitor.models import Context, EvaluationResult, Score, Trace
 
 GOLDEN_EVALUATOR: Final = "golden"
-
-
-def _truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit].rstrip() + " …"
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -130,7 +126,7 @@ class LLMAnswerJudge:
     def _input(self, trace: Trace) -> ReferenceInput:
         cfg, redact = self.config, self.redactor.redact
         shown = tuple(
-            _truncate(redact(c.text), cfg.max_chars_per_chunk)
+            truncate(redact(c.text), cfg.max_chars_per_chunk)
             for c in [c for c in trace.contexts if c.text.strip()][: cfg.max_context_chunks]
         )
         return ReferenceInput.build(
