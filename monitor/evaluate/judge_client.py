@@ -133,6 +133,15 @@ def _parse_json(content: str) -> object:
         raise MalformedOutput("the reply is not valid JSON") from None
 
 
+@dataclass(frozen=True)
+class _FailedAttempt:
+    failure: CallFailure
+    outcome: RequestOutcome = "error"
+    retryable: bool = False
+    retry_after: float | None = None
+    status: int | None = None  # HTTP status, when the endpoint answered
+
+
 class JudgeClient:
     """Makes judge calls for one endpoint (one client, one circuit, one response-mode memory)."""
 
@@ -212,7 +221,8 @@ class JudgeClient:
                 response_format=self._response_format(mode, prompt),
             )
 
-    def _account(self, response: ChatCompletion, tally: TokenTally) -> None:
+    def _account(self, response: object, tally: TokenTally) -> None:
+        """Tokens and cost of one response (chat completion or embeddings)."""
         usage = getattr(response, "usage", None)  # some servers send none
         if usage is None:
             return
@@ -248,7 +258,6 @@ class JudgeClient:
         tally: TokenTally,
         trace_id: str | None,
     ) -> T:
-        cfg = self.config
         mode = self.response_mode
         fell_back = False
         malformed_retry_left = 1
@@ -256,55 +265,15 @@ class JudgeClient:
         attempts = 0
         last: CallFailure | None = None
         while True:
-            if not self.circuit.allow():
-                failure = last or CallFailure("circuit_open", "circuit breaker open")
-                self._log_failure(prompt, failure, attempts, trace_id)
-                raise failure
+            self._check_circuit(prompt.task, last, attempts, trace_id)
             attempts += 1
             started = self._clock()
-            outcome: RequestOutcome = "error"
             settled = False
-            retry_after: float | None = None
-            retryable = False
             try:
                 response = await self._request(prompt, mode)
-            except (TimeoutError, openai.APITimeoutError):
-                outcome, settled = "timeout", True
-                self.circuit.record_failure()
-                last = CallFailure("judge_timeout", f"timed out after {cfg.timeout_seconds:g} s")
-                retryable = True
-            except openai.APIConnectionError:
+            except (TimeoutError, openai.OpenAIError) as exc:
                 settled = True
-                self.circuit.record_failure()
-                last = CallFailure("judge_error", "connection error")
-                retryable = True
-            except openai.APIStatusError as exc:
-                settled = True
-                status = exc.status_code
-                if status == 429:
-                    outcome = "rate_limited"
-                if status >= 500 or status in (401, 403, 404):
-                    self.circuit.record_failure()
-                else:
-                    self.circuit.record_success()  # the endpoint answered
-                if status in (400, 422) and mode == "json_schema" and not fell_back:
-                    self.metrics.request(self.evaluator, outcome, self._clock() - started)
-                    mode, fell_back = "json_object", True
-                    log.info(
-                        "judge endpoint rejected json_schema; trying json_object",
-                        status=status,
-                        evaluator=self.evaluator,
-                    )
-                    continue
-                label = "rate limited (HTTP 429)" if status == 429 else f"HTTP {status}"
-                last = CallFailure("judge_error", label)
-                retryable = status == 429 or status >= 500
-                if retryable:
-                    retry_after = _retry_after(exc)
-            except openai.OpenAIError as exc:
-                settled = True
-                self.circuit.record_failure()
-                last = CallFailure("judge_error", type(exc).__name__)
+                failed = self._failed_attempt(exc)
             else:
                 settled = True
                 self.circuit.record_success()
@@ -329,7 +298,7 @@ class JudgeClient:
                             trace_id=trace_id,
                         )
                         continue
-                    self._log_failure(prompt, last, attempts, trace_id)
+                    self._log_failure(prompt.task, last, attempts, trace_id)
                     raise last from None
                 self.metrics.request(self.evaluator, "ok", self._clock() - started)
                 return result
@@ -337,107 +306,135 @@ class JudgeClient:
                 if not settled:  # cancelled mid-request: the attempt says nothing
                     self.circuit.abandon()
 
-            self.metrics.request(self.evaluator, outcome, self._clock() - started)
-            assert last is not None
-            if not retryable or retries >= cfg.max_retries:
-                if retryable:
-                    last = CallFailure(last.reason, f"{last.detail}, {attempts} attempts")
-                self._log_failure(prompt, last, attempts, trace_id)
-                raise last
-            if retry_after is not None and retry_after > cfg.backoff_max_seconds:
-                last = CallFailure(
-                    last.reason, f"{last.detail}, Retry-After {retry_after:g} s too long"
+            if failed.status in (400, 422) and mode == "json_schema" and not fell_back:
+                self.metrics.request(self.evaluator, failed.outcome, self._clock() - started)
+                mode, fell_back = "json_object", True
+                log.info(
+                    "judge endpoint rejected json_schema; trying json_object",
+                    status=failed.status,
+                    evaluator=self.evaluator,
                 )
-                self._log_failure(prompt, last, attempts, trace_id)
-                raise last
-            delay = retry_after if retry_after is not None else self._backoff(retries)
-            retries += 1
-            log.debug(
-                "judge call retrying",
-                task=prompt.task,
-                detail=last.detail,
-                delay_seconds=round(delay, 3),
-                trace_id=trace_id,
+                continue
+            last = failed.failure
+            await self._sleep(
+                self._retry_delay(failed, retries, attempts, started, prompt.task, trace_id)
             )
-            await self._sleep(delay)
+            retries += 1
 
     async def embed(
         self, texts: list[str], model: str, tally: TokenTally, trace_id: str | None = None
     ) -> list[list[float]]:
         """Embeddings of `texts` (one request), or :class:`CallFailure`.
 
-        Same endpoint, timeout, circuit and retry policy as chat calls (429, 5xx, connection
-        errors and timeouts retried with backoff or Retry-After); no response-format fallback.
+        Same endpoint, timeout, circuit and retry policy as chat calls; no response-format
+        fallback and no malformed-reply retry.
         """
         async with self._semaphore:
             retries = 0
+            attempts = 0
+            last: CallFailure | None = None
             while True:
-                if not self.circuit.allow():
-                    raise CallFailure("circuit_open", "circuit breaker open")
+                self._check_circuit("embeddings", last, attempts, trace_id)
+                attempts += 1
                 started = self._clock()
-                retry_after: float | None = None
+                settled = False
                 try:
                     async with asyncio.timeout(self.config.timeout_seconds):
                         response = await self._client.embeddings.create(
                             model=model, input=texts, encoding_format="float"
                         )
-                except (TimeoutError, openai.APITimeoutError):
-                    self.circuit.record_failure()
-                    failure = CallFailure("judge_timeout", "embeddings timed out")
-                    retryable = True
-                except openai.APIConnectionError:
-                    self.circuit.record_failure()
-                    failure, retryable = (
-                        CallFailure("judge_error", "embeddings connection error"),
-                        True,
-                    )
-                except openai.APIStatusError as exc:
-                    status = exc.status_code
-                    if status >= 500 or status in (401, 403, 404):
-                        self.circuit.record_failure()
-                    else:
-                        self.circuit.record_success()
-                    failure = CallFailure("judge_error", f"embeddings HTTP {status}")
-                    retryable = status == 429 or status >= 500
-                    retry_after = _retry_after(exc) if retryable else None
-                except openai.OpenAIError as exc:
-                    self.circuit.record_failure()
-                    failure, retryable = CallFailure("judge_error", type(exc).__name__), False
+                except (TimeoutError, openai.OpenAIError) as exc:
+                    settled = True
+                    failed = self._failed_attempt(exc)
                 else:
+                    settled = True
                     self.circuit.record_success()
                     self.metrics.request(self.evaluator, "ok", self._clock() - started)
-                    usage = getattr(response, "usage", None)
-                    if usage is not None:
-                        tin = _count(getattr(usage, "prompt_tokens", None))
-                        tally.input_tokens += tin
-                        tally.reported = True
-                        cost = tin * self.config.input_price_per_million / 1e6
-                        self.metrics.tokens(self.evaluator, tin, 0, cost)
+                    self._account(response, tally)
                     ordered = sorted(response.data or [], key=lambda d: d.index)
                     vectors = [[float(x) for x in d.embedding] for d in ordered]
                     if len(vectors) != len(texts) or any(not v for v in vectors):
                         raise CallFailure("malformed_output", "embeddings reply is incomplete")
                     return vectors
-                outcome: RequestOutcome = "error"
-                if failure.reason == "judge_timeout":
-                    outcome = "timeout"
-                elif failure.detail == "embeddings HTTP 429":
-                    outcome = "rate_limited"
-                self.metrics.request(self.evaluator, outcome, self._clock() - started)
-                too_long = retry_after is not None and retry_after > self.config.backoff_max_seconds
-                if not retryable or retries >= self.config.max_retries or too_long:
-                    log.warning(
-                        "judge embeddings failed",
-                        reason=failure.reason,
-                        detail=failure.detail,
-                        attempts=retries + 1,
-                        evaluator=self.evaluator,
-                        trace_id=trace_id,
-                    )
-                    raise failure
-                delay = retry_after if retry_after is not None else self._backoff(retries)
+                finally:
+                    if not settled:  # cancelled mid-request: the attempt says nothing
+                        self.circuit.abandon()
+                last = failed.failure
+                await self._sleep(
+                    self._retry_delay(failed, retries, attempts, started, "embeddings", trace_id)
+                )
                 retries += 1
-                await self._sleep(delay)
+
+    def _check_circuit(
+        self, task: str, last: CallFailure | None, attempts: int, trace_id: str | None
+    ) -> None:
+        """Raise (the last attempt's failure, else ``circuit_open``) while the circuit refuses."""
+        if not self.circuit.allow():
+            failure = last or CallFailure("circuit_open", "circuit breaker open")
+            self._log_failure(task, failure, attempts, trace_id)
+            raise failure
+
+    def _failed_attempt(self, exc: TimeoutError | openai.OpenAIError) -> _FailedAttempt:
+        """What a failed request means for the circuit, the metrics and retrying."""
+        if isinstance(exc, (TimeoutError, openai.APITimeoutError)):
+            self.circuit.record_failure()
+            detail = f"timed out after {self.config.timeout_seconds:g} s"
+            return _FailedAttempt(CallFailure("judge_timeout", detail), "timeout", retryable=True)
+        if isinstance(exc, openai.APIConnectionError):
+            self.circuit.record_failure()
+            return _FailedAttempt(CallFailure("judge_error", "connection error"), retryable=True)
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            if status >= 500 or status in (401, 403, 404):
+                self.circuit.record_failure()
+            else:
+                self.circuit.record_success()  # the endpoint answered
+            label = "rate limited (HTTP 429)" if status == 429 else f"HTTP {status}"
+            retryable = status == 429 or status >= 500
+            return _FailedAttempt(
+                CallFailure("judge_error", label),
+                "rate_limited" if status == 429 else "error",
+                retryable=retryable,
+                retry_after=_retry_after(exc) if retryable else None,
+                status=status,
+            )
+        self.circuit.record_failure()
+        return _FailedAttempt(CallFailure("judge_error", type(exc).__name__))
+
+    def _retry_delay(
+        self,
+        failed: _FailedAttempt,
+        retries: int,
+        attempts: int,
+        started: float,
+        task: str,
+        trace_id: str | None,
+    ) -> float:
+        """Count the failed attempt; the wait before the next one, or raise its failure."""
+        cfg = self.config
+        self.metrics.request(self.evaluator, failed.outcome, self._clock() - started)
+        last = failed.failure
+        if not failed.retryable or retries >= cfg.max_retries:
+            if failed.retryable:
+                last = CallFailure(last.reason, f"{last.detail}, {attempts} attempts")
+            self._log_failure(task, last, attempts, trace_id)
+            raise last
+        retry_after = failed.retry_after
+        if retry_after is not None and retry_after > cfg.backoff_max_seconds:
+            last = CallFailure(
+                last.reason, f"{last.detail}, Retry-After {retry_after:g} s too long"
+            )
+            self._log_failure(task, last, attempts, trace_id)
+            raise last
+        delay = retry_after if retry_after is not None else self._backoff(retries)
+        log.debug(
+            "judge call retrying",
+            task=task,
+            detail=last.detail,
+            delay_seconds=round(delay, 3),
+            trace_id=trace_id,
+        )
+        return delay
 
     @staticmethod
     def _parse(response: ChatCompletion, parse: Callable[[object], T]) -> T:
@@ -454,11 +451,11 @@ class JudgeClient:
         return parse(_parse_json(content))
 
     def _log_failure(
-        self, prompt: Prompt, failure: CallFailure, attempts: int, trace_id: str | None
+        self, task: str, failure: CallFailure, attempts: int, trace_id: str | None
     ) -> None:
         log.warning(
             "judge call failed",
-            task=prompt.task,
+            task=task,
             reason=failure.reason,
             detail=failure.detail,
             attempts=attempts,
