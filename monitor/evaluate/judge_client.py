@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -114,6 +115,17 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
         return parse_retry_after(exc.response.headers)
     except Exception:
         return None
+
+
+def cosine_similarity(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """The cosine of two embeddings, unclamped; None when it is undefined (a zero or
+    non-finite vector, or vectors of different lengths)."""
+    if len(a) != len(b):
+        return None
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    if norm == 0 or not math.isfinite(norm):
+        return None
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norm
 
 
 def _count(value: object) -> int:

@@ -65,6 +65,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from monitor.evaluate.circuit import CircuitBreaker, CircuitState
+from monitor.evaluate.judge_client import cosine_similarity
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import truncate
@@ -217,12 +218,6 @@ def to_score(value: Any, *, clamp: bool = False) -> Score:
     return Score.of(v)
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else float("nan")
-
-
 class RagasEvaluator:
     """ragas 0.4 metrics over the judge endpoint (see the module documentation)."""
 
@@ -313,13 +308,6 @@ class RagasEvaluator:
         """The reference-free metrics plus the golden-set ones against `reference` (default:
         the trace's ``reference``); without a reference those are unmeasured ``no_reference``."""
         return await self._evaluate(trace, self.enabled + self.reference_metrics, reference)
-
-    async def evaluate_reference(
-        self, trace: Trace, reference: str | None = None
-    ) -> EvaluationResult:
-        """Only the golden-set metrics (``reference_metrics``) against `reference` (default: the
-        trace's ``reference``)."""
-        return await self._evaluate(trace, self.reference_metrics, reference)
 
     # -----------------------------------------------------------------------------------------
 
@@ -499,9 +487,9 @@ class RagasEvaluator:
         vectors = await m.embeddings.aembed_texts([inp.reference, inp.answer])
         if len(vectors) != 2:
             return None, []
-        value = _cosine([float(x) for x in vectors[0]], [float(x) for x in vectors[1]])
+        value = cosine_similarity([float(x) for x in vectors[0]], [float(x) for x in vectors[1]])
         threshold = getattr(m, "threshold", None)
-        if threshold and value == value:
+        if threshold and value is not None:
             value = 1.0 if value >= threshold else 0.0
         return value, []
 

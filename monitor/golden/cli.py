@@ -23,7 +23,6 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Final, Protocol, TextIO, cast
 
@@ -96,8 +95,9 @@ The report goes to --report PATH (markdown) with the JSON result beside it (PATH
 .json); without --report, to the suite's or golden.report_dir (<dir>/<suite>/<time>.md), else
 the markdown is printed.
 Generation suites: when the `judge` section is active (judge.enabled or judge.base_url) and
-golden.judge_answers is true, each answer with a reference is scored against it (answer
-correctness, semantic similarity, context recall); --no-judge leaves those unmeasured.
+golden.judge_answers is true, each answer is scored by the judge (faithfulness, answer and
+context relevancy; with a reference also answer correctness, semantic similarity, context
+recall); --no-judge leaves those unmeasured.
 
 exit codes: 0 every target of the gated modes met; 1 a target missed or unmeasured;
 2 bad configuration or dataset; 3 the run could not complete (service unreachable, too many
@@ -323,17 +323,19 @@ def _run(
         return EXIT_CONFIG
     base_dir = args.config.resolve().parent if args.config is not None else None
     judge_config = getattr(settings, "judge", None)
-    if args.no_judge or not golden.judge_answers or not isinstance(judge_config, JudgeConfig):
+    if (
+        judge is not None
+        or args.no_judge
+        or not golden.judge_answers
+        or not isinstance(judge_config, JudgeConfig)
+    ):
         judge_config = None
 
     async def run_once() -> RunResult:
-        async with AsyncExitStack() as stack:
-            answer_judge = judge
-            if answer_judge is None and not args.no_judge:
-                answer_judge = await stack.enter_async_context(open_answer_judge(judge_config))
+        async with open_answer_judge(judge_config) as configured:
             return await run_suite(
                 suite,
-                judge=answer_judge,
+                judge=judge or configured,
                 base_dir=base_dir,
                 progress=False if args.no_progress else None,
             )

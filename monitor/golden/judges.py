@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -41,7 +40,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
-from monitor.evaluate.judge_client import CallFailure, TokenTally
+from monitor.evaluate.judge_client import CallFailure, TokenTally, cosine_similarity
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import prompt_language, truncate
@@ -65,13 +64,6 @@ from monitor.golden.dataset import GenerationCase
 from monitor.models import Context, EvaluationResult, Score, Trace
 
 GOLDEN_EVALUATOR: Final = "golden"
-
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    if norm == 0 or not math.isfinite(norm):
-        return None
-    return max(0.0, min(1.0, sum(x * y for x, y in zip(a, b, strict=True)) / norm))
 
 
 def _as_trace(case: GenerationCase, answer: str, contexts: Sequence[str]) -> Trace:
@@ -156,8 +148,10 @@ class LLMAnswerJudge:
             vectors = await self.client.embed([inp.answer, reference], model, tally, case_id)
         except CallFailure as failure:
             return Score.unmeasured(failure.reason)
-        value = _cosine(vectors[0], vectors[1])
-        return Score.unmeasured("malformed_output") if value is None else Score.of(value)
+        value = cosine_similarity(vectors[0], vectors[1])
+        if value is None:
+            return Score.unmeasured("malformed_output")
+        return Score.of(max(0.0, min(1.0, value)))  # a negative cosine is no similarity
 
     async def judge(
         self, case: GenerationCase, answer: str, contexts: Sequence[str]
