@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 import openai
 
+from monitor.evaluate.judge_client import TokenTally
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics, RequestOutcome
-from monitor.models import Usage
 
 RAGAS_EXTRA_HINT = "pip install 'rag-monitor[ragas]'"
 DO_NOT_TRACK_ENV = "RAGAS_DO_NOT_TRACK"
@@ -98,19 +98,11 @@ def load_ragas() -> RagasModules:
 
 
 @dataclass
-class UsageTally:
+class UsageTally(TokenTally):
     """Calls and tokens of one evaluation, as reported by the endpoint's responses."""
 
     chat_calls: int = 0
     embedding_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reported: bool = False
-
-    def usage(self) -> Usage | None:
-        if not self.reported:
-            return None
-        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
 
 
 _CURRENT: contextvars.ContextVar[UsageTally | None] = contextvars.ContextVar(

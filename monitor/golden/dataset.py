@@ -59,7 +59,7 @@ from pydantic import (
     field_validator,
 )
 
-from monitor.golden.trec import GoldenDataError, load_qrels
+from monitor.golden.trec import GoldenDataError, load_qrels, read_text
 
 SuiteKind = Literal["retrieval", "generation"]
 Loc = tuple[str | int, ...]
@@ -465,22 +465,6 @@ def parse_generation_jsonl(
     return suite
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise GoldenDataError("file not found", path=str(path), line=None, field=None) from None
-    except IsADirectoryError:
-        raise GoldenDataError("is a directory", path=str(path), line=None, field=None) from None
-    except UnicodeDecodeError as exc:
-        raise GoldenDataError(
-            f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-            path=str(path),
-            line=None,
-            field=None,
-        ) from None
-
-
 def _format_of(path: Path) -> Literal["yaml", "json", "jsonl"]:
     suffix = path.suffix.lower()
     if suffix in (".yaml", ".yml"):
@@ -501,7 +485,7 @@ def load_retrieval_suite(path: str | Path) -> RetrievalSuite:
     """Read a retrieval suite from ``.yaml``/``.yml``, ``.json`` or ``.jsonl``."""
     file_path = Path(path)
     kind = _format_of(file_path)
-    text = _read_text(file_path)
+    text = read_text(file_path)
     if kind == "jsonl":
         return parse_retrieval_jsonl(text.splitlines(), path=str(file_path))
     return _parse_document(text, str(file_path), RetrievalSuite, json_only=kind == "json")
@@ -511,7 +495,7 @@ def load_generation_suite(path: str | Path) -> GenerationSuite:
     """Read a generation suite from ``.yaml``/``.yml``, ``.json`` or ``.jsonl``."""
     file_path = Path(path)
     kind = _format_of(file_path)
-    text = _read_text(file_path)
+    text = read_text(file_path)
     if kind == "jsonl":
         return parse_generation_jsonl(text.splitlines(), path=str(file_path))
     return _parse_document(text, str(file_path), GenerationSuite, json_only=kind == "json")
@@ -562,7 +546,7 @@ def load_labels(path: str | Path) -> Labels:
     file_path = Path(path)
     suffix = file_path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        return parse_labels_jsonl(_read_text(file_path).splitlines(), path=str(file_path))
+        return parse_labels_jsonl(read_text(file_path).splitlines(), path=str(file_path))
     if suffix in (".yaml", ".yml"):
         qrels = load_retrieval_suite(file_path).qrels()
     else:

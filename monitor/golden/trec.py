@@ -67,19 +67,26 @@ class RunEntry:
     line: int
 
 
-def _read_lines(path: Path) -> list[str]:
+def read_text(path: Path) -> str:
+    """The file as UTF-8 text; a missing file, a directory or other bytes are a
+    :class:`GoldenDataError` naming the file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise GoldenDataError("file not found", path=str(path), line=None, field=None) from exc
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GoldenDataError("file not found", path=str(path), line=None, field=None) from None
+    except IsADirectoryError:
+        raise GoldenDataError("is a directory", path=str(path), line=None, field=None) from None
     except UnicodeDecodeError as exc:
         raise GoldenDataError(
             f"not UTF-8 text ({exc.reason} at byte {exc.start})",
             path=str(path),
             line=None,
             field=None,
-        ) from exc
-    lines = text.split("\n")
+        ) from None
+
+
+def _read_lines(path: Path) -> list[str]:
+    lines = read_text(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline does not start another line
     return lines
