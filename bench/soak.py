@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import statistics
@@ -148,6 +147,7 @@ def soak(args: argparse.Namespace, bootstrap: str) -> int:
     from tests.support.faults import (
         DaemonProcess,
         SteadyProducer,
+        kafka_env,
         metric_value,
         native_message,
     )
@@ -180,11 +180,13 @@ def soak(args: argparse.Namespace, bootstrap: str) -> int:
     with OpenAIServer(script=judge_latency) as judge:
         daemon = DaemonProcess(
             {
-                "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "RAGMON_KAFKA__TOPICS": json.dumps([f"{prefix}.in"]),
-                "RAGMON_KAFKA__GROUP_ID": f"{prefix}.group",
-                "RAGMON_KAFKA__DLQ_TOPIC": f"{prefix}.dlq",
-                "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "1",
+                **kafka_env(
+                    bootstrap,
+                    f"{prefix}.in",
+                    f"{prefix}.group",
+                    f"{prefix}.dlq",
+                    commit_interval="1",
+                ),
                 "RAGMON_RESULTS__TOPIC": f"{prefix}.results",
                 "RAGMON_STORE__URL": f"sqlite+aiosqlite:///{workdir / 'soak.db'}",
                 "RAGMON_SAMPLING__RATE": str(args.judge_rate),

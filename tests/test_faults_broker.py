@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from tests.support.faults import (
     end_total,
     env_float,
     free_port,
+    kafka_env,
     native_message,
     results_on_topic,
     stored_by_evaluator,
@@ -164,11 +164,7 @@ def _rig(broker: KafkaBroker, daemon_bootstrap: str, prefix: str, workdir: Path)
     database = workdir / "results.db"
     daemon = DaemonProcess(
         {
-            "RAGMON_KAFKA__BOOTSTRAP_SERVERS": daemon_bootstrap,
-            "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
-            "RAGMON_KAFKA__GROUP_ID": f"{prefix}.group",
-            "RAGMON_KAFKA__DLQ_TOPIC": dlq,
-            "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+            **kafka_env(daemon_bootstrap, topic, f"{prefix}.group", dlq),
             "RAGMON_KAFKA__SESSION_TIMEOUT_MS": "6000",
             "RAGMON_KAFKA__HEARTBEAT_INTERVAL_MS": "1000",
             "RAGMON_RESULTS__TOPIC": results,

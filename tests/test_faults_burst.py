@@ -15,7 +15,6 @@ Traces arrive at a base rate the judge can follow (RAGMON_FAULT_BURST_RATE per s
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.support.faults import (
     committed_total,
     end_total,
     env_float,
+    kafka_env,
     metric_value,
     native_message,
     stored_by_evaluator,
@@ -77,11 +77,7 @@ def test_a_tenfold_burst_sheds_judge_work_and_lag_recovers(
     with OpenAIServer(script=slow) as judge:
         daemon = DaemonProcess(
             {
-                "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
-                "RAGMON_KAFKA__GROUP_ID": group,
-                "RAGMON_KAFKA__DLQ_TOPIC": dlq,
-                "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+                **kafka_env(bootstrap, topic, group, dlq),
                 "RAGMON_RESULTS__TOPIC": results,
                 "RAGMON_STORE__URL": f"sqlite+aiosqlite:///{database}",
                 "RAGMON_SAMPLING__RATE": str(SAMPLING_RATE),

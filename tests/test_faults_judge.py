@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.support.faults import (
     committed_total,
     end_total,
     env_float,
+    kafka_env,
     metric_value,
     native_message,
     stored_by_evaluator,
@@ -124,11 +124,7 @@ def test_judge_slow_erroring_rate_limited_hung_and_unreachable_never_stops_tier_
     with OpenAIServer(script=script) as server, TcpProxy(server.port) as proxy:
         daemon = DaemonProcess(
             {
-                "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
-                "RAGMON_KAFKA__GROUP_ID": group,
-                "RAGMON_KAFKA__DLQ_TOPIC": dlq,
-                "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+                **kafka_env(bootstrap, topic, group, dlq),
                 "RAGMON_RESULTS__TOPIC": results,
                 "RAGMON_STORE__URL": f"sqlite+aiosqlite:///{database}",
                 "RAGMON_SAMPLING__RATE": "1.0",

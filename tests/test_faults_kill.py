@@ -33,6 +33,7 @@ from tests.support.faults import (
     committed_total,
     end_total,
     env_int,
+    kafka_env,
     results_on_topic,
     wait_until,
 )
@@ -85,11 +86,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_stores_one_result_per_evalu
     with OpenAIServer(script=latency) as judge:
         daemon = DaemonProcess(
             {
-                "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
-                "RAGMON_KAFKA__GROUP_ID": group,
-                "RAGMON_KAFKA__DLQ_TOPIC": dlq,
-                "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+                **kafka_env(bootstrap, topic, group, dlq),
                 # A killed member holds its partitions until its session expires: keep it short.
                 "RAGMON_KAFKA__SESSION_TIMEOUT_MS": "5000",
                 "RAGMON_KAFKA__HEARTBEAT_INTERVAL_MS": "1000",

@@ -14,7 +14,6 @@ cuts of 0.3 s each 0.4 s apart.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.support.faults import (
     committed_total,
     end_total,
     env_float,
+    kafka_env,
     native_message,
     topic_records,
     wait_until,
@@ -68,11 +68,7 @@ def test_a_brief_store_outage_loses_no_result(
         proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
         daemon = DaemonProcess(
             {
-                "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
-                "RAGMON_KAFKA__GROUP_ID": group,
-                "RAGMON_KAFKA__DLQ_TOPIC": dlq,
-                "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+                **kafka_env(bootstrap, topic, group, dlq),
                 "RAGMON_RESULTS__TOPIC": results,
                 "RAGMON_STORE__URL": proxied,
             },

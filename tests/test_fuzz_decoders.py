@@ -55,6 +55,7 @@ from tests.support.faults import (
     DaemonProcess,
     committed_total,
     env_int,
+    kafka_env,
     stored_by_evaluator,
     topic_records,
     wait_until,
@@ -771,11 +772,7 @@ def test_fuzzed_messages_through_the_broker_are_dead_lettered_or_processed(
     database = tmp_path / "results.db"
     daemon = DaemonProcess(
         {
-            "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-            "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
-            "RAGMON_KAFKA__GROUP_ID": group,
-            "RAGMON_KAFKA__DLQ_TOPIC": dlq,
-            "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+            **kafka_env(bootstrap, topic, group, dlq),
             "RAGMON_KAFKA__MAX_MESSAGE_BYTES": str(max_bytes),
             "RAGMON_KAFKA__OTLP_ASSEMBLY_WINDOW_SECONDS": "0.5",
             "RAGMON_RESULTS__TOPIC": results,
@@ -846,11 +843,7 @@ def test_a_trace_the_store_cannot_hold_takes_no_other_trace_with_it(
     database = tmp_path / "results.db"
     daemon = DaemonProcess(
         {
-            "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-            "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
-            "RAGMON_KAFKA__GROUP_ID": group,
-            "RAGMON_KAFKA__DLQ_TOPIC": dlq,
-            "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+            **kafka_env(bootstrap, topic, group, dlq),
             "RAGMON_RESULTS__TOPIC": results,
             "RAGMON_STORE__URL": f"sqlite+aiosqlite:///{database}",
         },

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.faults import DaemonProcess, committed_total, wait_until
+from tests.support.faults import DaemonProcess, committed_total, kafka_env, wait_until
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
 from tests.support.openai_server import OpenAIServer, Received, Reply
@@ -104,11 +104,7 @@ def test_injected_instructions_stay_inside_the_data_block_and_do_not_steer_score
     with server:
         daemon = DaemonProcess(
             {
-                "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
-                "RAGMON_KAFKA__GROUP_ID": group,
-                "RAGMON_KAFKA__DLQ_TOPIC": dlq,
-                "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": "0.5",
+                **kafka_env(bootstrap, topic, group, dlq),
                 "RAGMON_RESULTS__TOPIC": results,
                 "RAGMON_STORE__URL": f"sqlite+aiosqlite:///{database}",
                 "RAGMON_SAMPLING__RATE": "1.0",

@@ -92,6 +92,20 @@ def wait_until(
         time.sleep(interval)
 
 
+def kafka_env(
+    bootstrap: str, topic: str, group: str, dlq: str, *, commit_interval: str = "0.5"
+) -> dict[str, str]:
+    """The RAGMON_KAFKA__* variables of a daemon reading `topic` (offsets committed often, so
+    what a fault test counts is committed soon)."""
+    return {
+        "RAGMON_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "RAGMON_KAFKA__TOPICS": json.dumps([topic]),
+        "RAGMON_KAFKA__GROUP_ID": group,
+        "RAGMON_KAFKA__DLQ_TOPIC": dlq,
+        "RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS": commit_interval,
+    }
+
+
 class DaemonProcess:
     """`rag-monitor run` as a subprocess; one object can be started again after a kill."""
 
