@@ -3,7 +3,7 @@
     python bench/detect.py [--data DIR] [--json OUT]
 
 Scores ``dev_en.jsonl`` and ``dev_ja.jsonl`` (labelled RAG answers, see
-../shared/data/README.md) with :class:`monitor.evaluate.heuristic.HeuristicEvaluator` and prints
+data/README.md) with :class:`monitor.evaluate.heuristic.HeuristicEvaluator` and prints
 AUROC for detecting ``hallucinated`` answers from ``1 - faithfulness`` and ``1 - support``, per
 (dataset, task_type) group, per file and as the macro mean over groups, next to a plain
 token-overlap baseline; precision/recall at fixed thresholds for JHARS (rare positives); and the
@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
 from monitor.evaluate.heuristic import HeuristicEvaluator  # noqa: E402
 from monitor.models import Context, Trace  # noqa: E402
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "hallucination"
+DEFAULT_DATA = REPO / "data" / "hallucination"
 DEV_FILES = ("dev_en.jsonl", "dev_ja.jsonl")
 SCORES = ("faithfulness", "support")
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)

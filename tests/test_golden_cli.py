@@ -1,9 +1,8 @@
 """``rag-monitor golden ...`` through :func:`register` on a fresh parser and :func:`dispatch`.
 
-``golden score`` is checked against small project fixtures (always present) and against NIST
-trec_eval's own outputs and the JQaRA figures (shared data: skipped when absent, failing under
-RAGMON_TEST_REQUIRE_SERVICES=1). ``golden run`` runs a suite against a real HTTP service
-started in a background thread.
+``golden score`` is checked against small project fixtures and against NIST trec_eval's own
+outputs and the JQaRA figures (``data/retrieval``, shipped with the project). ``golden run`` runs
+a suite against a real HTTP service started in a background thread.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from tests.fixtures.golden.service import (
     retrieval_app,
     service_in_thread,
 )
-from tests.support.shared_data import shared_data_path
+from tests.support.dev_data import dev_data_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "golden"
 TOL = 1e-4
@@ -214,8 +213,8 @@ _COMPARED = re.compile(r"^(recip_rank|ndcg|(P|recall|success|ndcg_cut)_\d+)$")
 def test_score_reproduces_trec_eval(
     qrels_name: str, out_name: str, level: int, preset: bool
 ) -> None:
-    base = shared_data_path("retrieval", "trec_eval")
-    expected = _table(shared_data_path("retrieval", "trec_eval", out_name).read_text())
+    base = dev_data_path("retrieval", "trec_eval")
+    expected = _table(dev_data_path("retrieval", "trec_eval", out_name).read_text())
     measures = {m for values in expected.values() for m in values}
     cutoffs = sorted({int(m.group(2)) for m in map(_CUT.match, measures) if m})
     conventions = (
@@ -254,12 +253,12 @@ JQARA_CONVENTIONS = {
 @pytest.mark.parametrize("tie_break", ["stable", "trec_eval"])
 def test_score_reproduces_jqara(tie_break: str) -> None:
     expected_doc = json.loads(
-        shared_data_path("retrieval", "jqara", "jqara_expected_metrics.json").read_text()
+        dev_data_path("retrieval", "jqara", "jqara_expected_metrics.json").read_text()
     )
-    qrels = shared_data_path("retrieval", "jqara", "qrels.trec")
+    qrels = dev_data_path("retrieval", "jqara", "qrels.trec")
     run_name = "jqara_bm25.top10.trec"
     expected = expected_doc["top10_files"][run_name][JQARA_CONVENTIONS[tie_break]]
-    run_file = shared_data_path("retrieval", "jqara", run_name)
+    run_file = dev_data_path("retrieval", "jqara", run_name)
     code, out = run_cli(
         "score", "--qrels", str(qrels), "--run", str(run_file),
         "--gain", "linear", "--relevance-threshold", "1", "--tie-break", tie_break,

@@ -1,13 +1,12 @@
 """Tests of monitor.golden.ranking and monitor.golden.trec.
 
 1. Fixed values computed by hand (the arithmetic is in the comments).
-2. NIST trec_eval's own regression fixtures (shared/data/retrieval/trec_eval): our per-query and
+2. NIST trec_eval's own regression fixtures (data/retrieval/trec_eval): our per-query and
    "all" values must equal trec_eval's printed ones within 1e-4 for every measure we compute.
-3. JQaRA (shared/data/retrieval/jqara): nDCG/MRR/Recall @5 and @10 of three runs under both
+3. JQaRA (data/retrieval/jqara): nDCG/MRR/Recall @5 and @10 of three runs under both
    tie conventions must equal the expected figures within 1e-4.
 
-The data-driven tests skip when shared/data is absent, and fail instead when
-RAGMON_TEST_REQUIRE_SERVICES=1 (see tests/support/shared_data.py).
+The data ships in the repository (data/README.md gives its sources and licences).
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ from monitor.golden.trec import (
     parse_run,
     rank_entries,
 )
-from tests.support.shared_data import shared_data_path
+from tests.support.dev_data import dev_data_path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "golden"
 TOL = 1e-4
@@ -497,10 +496,10 @@ TREC_EVAL_CASES = [
 def test_matches_trec_eval_fixtures(
     qrels_name: str, out_name: str, level: int, must_compare: set[str]
 ) -> None:
-    base = shared_data_path("retrieval", "trec_eval")
-    qrels = load_qrels(shared_data_path("retrieval", "trec_eval", qrels_name))
+    base = dev_data_path("retrieval", "trec_eval")
+    qrels = load_qrels(dev_data_path("retrieval", "trec_eval", qrels_name))
     run = load_run(base / "results.test", tie_break="trec_eval")
-    expected = _read_trec_eval_output(shared_data_path("retrieval", "trec_eval", out_name))
+    expected = _read_trec_eval_output(dev_data_path("retrieval", "trec_eval", out_name))
 
     measures = {m for values in expected.values() for m in values}
     cutoffs = sorted({int(m.group(2)) for m in map(_CUT_MEASURE.match, measures) if m})
@@ -552,7 +551,7 @@ def test_matches_trec_eval_fixtures(
 def test_trec_eval_tie_break_matters_on_its_fixture() -> None:
     # results.test has tied scores and rank numbers unrelated to the scores: the stored order
     # gives recip_rank 0.0790 instead of trec_eval's 0.4064, so the convention is exercised.
-    base = shared_data_path("retrieval", "trec_eval")
+    base = dev_data_path("retrieval", "trec_eval")
     qrels = load_qrels(base / "qrels.test")
     expected = _read_trec_eval_output(base / "out.test")["all"]
     cases: list[tuple[TieBreak, bool]] = [("trec_eval", True), ("stable", False)]
@@ -568,7 +567,7 @@ def test_trec_eval_tie_break_matters_on_its_fixture() -> None:
 def test_missing_query_counts_as_zero_like_trec_eval_c() -> None:
     # Drop topic 302 from the run: trec_eval averages over 2 queries by default, over 3 with -c
     # (302 then scores 0). From out.test.aq per-query recip_rank: 301 0.1667, 303 0.0435.
-    base = shared_data_path("retrieval", "trec_eval")
+    base = dev_data_path("retrieval", "trec_eval")
     qrels = load_qrels(base / "qrels.test")
     run = load_run(base / "results.test")
     del run["302"]
@@ -600,7 +599,7 @@ JQARA_CONVENTIONS = {
 
 @pytest.fixture(scope="module")
 def jqara_qrels() -> dict[str, dict[str, int]]:
-    return load_qrels(shared_data_path("retrieval", "jqara", "qrels.trec"))
+    return load_qrels(dev_data_path("retrieval", "jqara", "qrels.trec"))
 
 
 @pytest.mark.parametrize("tie_break", ["stable", "trec_eval"])
@@ -609,13 +608,13 @@ def test_matches_jqara_expected_metrics(
     jqara_qrels: dict[str, dict[str, int]], run_name: str, tie_break: TieBreak
 ) -> None:
     expected_doc = json.loads(
-        shared_data_path("retrieval", "jqara", "jqara_expected_metrics.json").read_text(
+        dev_data_path("retrieval", "jqara", "jqara_expected_metrics.json").read_text(
             encoding="utf-8"
         )
     )
     assert len(jqara_qrels) == expected_doc["qrels_queries"] == 1667
     expected = expected_doc["top10_files"][run_name][JQARA_CONVENTIONS[tie_break]]
-    run = load_run(shared_data_path("retrieval", "jqara", run_name), tie_break=tie_break)
+    run = load_run(dev_data_path("retrieval", "jqara", run_name), tie_break=tie_break)
     assert set(run) == set(jqara_qrels)
     # "averaged over ALL 1667 qrels queries"; binary grades, gain = rel, relevant = rel > 0
     per_query = evaluate_run(

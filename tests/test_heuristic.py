@@ -1,5 +1,5 @@
 """The tier-0 heuristic evaluator: scores, verdicts and flags on hand-written English and Japanese
-traces, properties (range, determinism), and its measured detection quality on the shared
+traces, properties (range, determinism), and its measured detection quality on the project's
 development data (bench/detect.py)."""
 
 # Japanese punctuation and full-width letters are the point of these inputs.
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from monitor.evaluate.heuristic import HeuristicEvaluator, is_refusal_statement
 from monitor.models import Context, EvaluationResult, Trace
-from tests.support.shared_data import shared_data_path
+from tests.support.dev_data import dev_data_path
 
 REPO = Path(__file__).resolve().parents[1]
 SCORE_KEYS = (
@@ -401,7 +401,7 @@ def test_fast_on_a_typical_trace() -> None:
     assert sorted(runs)[len(runs) // 2] < 20.0  # generous: the target is a few ms
 
 
-# --- measured quality on the shared development data ----------------------------------------
+# --- measured quality on the development data (data/) -----------------------------------------
 
 # bench/detect.py on dev_en.jsonl + dev_ja.jsonl reached (support score): macro AUROC 0.880 over
 # the six (dataset, task_type) groups, 0.854 on dev_en, 0.894 on dev_ja. The floors leave a
@@ -429,9 +429,9 @@ def test_auroc_ranks_with_ties_averaged() -> None:
 
 
 def test_detection_quality_on_dev_data_does_not_regress() -> None:
-    data_dir = shared_data_path("hallucination")
+    data_dir = dev_data_path("hallucination")
     for name in FILE_AUROC_FLOOR:
-        shared_data_path("hallucination", name)
+        dev_data_path("hallucination", name)
     bench = _load_bench()
     report = bench.evaluate(bench.load_items(data_dir))
     assert report.macro["support"] >= MACRO_AUROC_FLOOR, report.macro
