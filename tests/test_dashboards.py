@@ -268,7 +268,7 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     """promtool parses each query (Grafana variables replaced) as a recording rule."""
     promtool = shutil.which("promtool")
     if promtool is None:
-        service_unavailable("promtool not installed (scripts/setup-ops.sh installs it)")
+        service_unavailable("promtool not installed (scripts/test.sh installs it)")
     rules: list[dict[str, str]] = []
     for board in committed().values():
         for _where, expr in queries(board):

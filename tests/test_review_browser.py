@@ -6,7 +6,7 @@
 to write it there). Chromium cannot send a bearer header from its command line: the token is
 tested in tests/test_review.py, and here through the browser's own HTTP Basic path.
 
-Needs `chromium` (scripts/setup-browser.sh installs it); without it the tests skip, or fail under
+Needs `chromium` (scripts/test.sh installs it); without it the tests skip, or fail under
 RAGMON_TEST_REQUIRE_SERVICES=1.
 """
 
@@ -50,7 +50,7 @@ def chromium() -> str:
         "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
     )
     if found is None:
-        service_unavailable("chromium is not installed (scripts/setup-browser.sh installs it)")
+        service_unavailable("chromium is not installed (scripts/test.sh installs it)")
     return found
 
 

@@ -50,7 +50,7 @@ def recording_rules() -> list[dict[str, Any]]:
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        service_unavailable("promtool not installed (scripts/setup-ops.sh installs it)")
+        service_unavailable("promtool not installed (scripts/test.sh installs it)")
     return path
 
 
