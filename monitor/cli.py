@@ -23,6 +23,8 @@ from monitor.logs import configure_logging
 from monitor.models import Trace
 from monitor.review import register as register_review
 from monitor.source.topics import MissingTopicError
+from monitor.topics_cli import dispatch as dispatch_topics
+from monitor.topics_cli import register as register_topics
 
 EXIT_CONFIG = 2
 EXIT_FORCED = 130
@@ -64,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
 
     register_golden(sub)
     register_review(sub)
+    register_topics(sub)
 
     demo = sub.add_parser(
         "demo", help="run everything locally: broker, RAG service, traffic, daemon"
@@ -107,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run_cli(args, settings))
     if args.command == "golden":
         return dispatch_golden(args, _load)
+    if args.command == "topics":
+        return dispatch_topics(args, _load)
     if args.command == "demo":
         return _demo(args.port, args.rate, args.duration)
     if args.command == "agents":

@@ -43,7 +43,13 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class KafkaSource:
-    """Consumes the input topics; commits only offsets the tracker says are finished."""
+    """Consumes a consumer group's topics; commits only offsets the tracker says are finished.
+
+    The daemon runs two: the scoring stage's group (`kafka.group_id`: native topics and the
+    assembled-traces topic) and the OTLP stage's (OTLP topics and the spans topic). `busy` tells
+    revocation which partitions still have work being finished (default: any unfinished
+    offset); work that is merely held back (traces being assembled) is re-read by the next owner.
+    """
 
     def __init__(
         self,
@@ -52,16 +58,25 @@ class KafkaSource:
         metrics: Metrics,
         on_assigned: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
         on_revoking: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+        *,
+        group_id: str | None = None,
+        topics: list[str] | None = None,
+        name: str = "scoring",
+        busy: Callable[[set[TopicPartition]], bool] | None = None,
     ) -> None:
         self._config = config
+        self.name = name
+        self.group_id = group_id or config.group_id
+        self.topics = topics if topics is not None else list(config.topics)
         self._tracker = tracker
         self._metrics = metrics
         self._on_assigned = on_assigned
         self._on_revoking = on_revoking
+        self._busy = busy or (lambda tps: any(tracker.pending(tp) for tp in tps))
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=config.bootstrap_servers,
-            group_id=config.group_id,
-            client_id=config.client_id,
+            group_id=self.group_id,
+            client_id=f"{config.client_id}-{name}",
             enable_auto_commit=False,
             auto_offset_reset=config.auto_offset_reset,
             max_partition_fetch_bytes=max(config.max_message_bytes * 2, 1_048_576),
@@ -79,7 +94,7 @@ class KafkaSource:
         return producer_kwargs(self._config)
 
     async def start(self) -> None:
-        self._consumer.subscribe(topics=self._config.topics, listener=_Rebalance(self))
+        self._consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
         await self._consumer.start()
 
     @property
@@ -180,9 +195,11 @@ class KafkaSource:
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self._metrics.rebalances.inc()
-        self._metrics.assigned_partitions.set(len(self.assignment))
+        self._metrics.set_assigned(self.name, len(self.assignment))
         log.info(
-            "partitions assigned", partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned)
+            "partitions assigned",
+            group=self.group_id,
+            partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned),
         )
         if self._on_assigned is not None:
             await self._on_assigned(assigned)
@@ -194,7 +211,7 @@ class KafkaSource:
         if self._on_revoking is not None:
             await self._on_revoking(revoked)
         deadline = time.monotonic() + REVOKE_WAIT_SECONDS
-        while any(self._tracker.pending(tp) for tp in revoked) and time.monotonic() < deadline:  # noqa: ASYNC110
+        while self._busy(revoked) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         await self._commit_offsets(
             self._tracker.to_commit(revoked), "commit on revocation failed; the next owner re-reads"
@@ -205,8 +222,11 @@ class KafkaSource:
             if labels in self._lag_labels:
                 self._metrics.consumer_lag.remove(*labels)
                 self._lag_labels.discard(labels)
+        self._metrics.set_assigned(self.name, len(self.assignment - revoked))
         log.info(
-            "partitions revoked", partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked)
+            "partitions revoked",
+            group=self.group_id,
+            partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked),
         )
 
     async def stop(self) -> None:
