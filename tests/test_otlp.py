@@ -594,10 +594,13 @@ def test_a_trace_is_released_the_moment_its_root_and_every_parent_are_there(fmt:
 
 def test_a_missing_parent_keeps_a_trace_waiting_until_the_maximum() -> None:
     app = App()
-    with app.tracer.start_as_current_span("root"):
-        with app.tracer.start_as_current_span("middle"):
-            with app.tracer.start_as_current_span("leaf"):
-                pass
+    tracer = app.tracer
+    with (
+        tracer.start_as_current_span("root"),
+        tracer.start_as_current_span("middle"),
+        tracer.start_as_current_span("leaf"),
+    ):
+        pass
     leaf, middle, root = app.spans()
     target = assembler(max_seconds=10.0)
     for token, spans in (("m1", [leaf]), ("m2", [root])):
