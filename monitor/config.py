@@ -131,6 +131,11 @@ class KafkaConfig(_Section):
         description="longest wait for a trace's root span and missing parents before it is "
         "released incomplete",
     )
+    otlp_assembly_settle_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="a complete trace waits this long for spans read out of order",
+    )
     otlp_late_span_grace_seconds: float = Field(
         default=30.0,
         ge=0,

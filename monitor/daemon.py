@@ -241,11 +241,13 @@ class Daemon:
                 config,
                 self.otlp_tracker,
                 self.metrics,
+                on_assigned=self._on_otlp_assigned,
                 on_revoking=self._on_otlp_revoking,
                 group_id=config.effective_otlp_group_id,
                 topics=[*config.otlp_topics, config.effective_spans_topic],
                 name="otlp",
                 busy=stage.busy,
+                skip_finished=True,  # spans of released traces must not come back as fragments
             )
         scoring = KafkaSource(
             config,
@@ -305,6 +307,11 @@ class Daemon:
     async def _on_otlp_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.otlp_stage is not None:
             self.otlp_stage.on_revoked(revoked)
+
+    async def _on_otlp_assigned(self, assigned: set[TopicPartition]) -> None:
+        source = next((s for s in self._sources if s.name == "otlp"), None)
+        if self.otlp_stage is not None:
+            self.otlp_stage.on_assigned(assigned | (source.assignment if source else set()))
 
     async def _maintain(self) -> None:
         """Periodic upkeep of the consume loop: end idle conversations."""

@@ -555,6 +555,7 @@ def assembler(**bounds: Any) -> TraceAssembler[str]:
         "grace_seconds": 30.0,
         "max_traces": 100,
         "max_bytes": 10**9,
+        "settle_seconds": 0.0,
     }
     values.update(bounds)
     return TraceAssembler(**values)
@@ -590,6 +591,22 @@ def test_a_trace_is_released_the_moment_its_root_and_every_parent_are_there(fmt:
     assert (trace.query, trace.answer) == (QUESTION, ANSWER)
     assert len(trace.contexts) == 2
     assert (target.pending, target.kept) == (0, 1)
+
+
+def test_a_complete_trace_settles_so_a_child_read_just_after_its_root_still_joins() -> None:
+    app = App()
+    openinference_rag(app)
+    retriever, llm, root = app.spans()
+    target = assembler(settle_seconds=1.0)
+    for token, spans, now in (("m1", [llm], 0.0), ("m2", [root], 0.5)):
+        (part,) = parts_of(spans)
+        add(target, part, token, now=now)
+    assert target.pop_ready(1.4) == [], "complete since 0.5 s: settling"
+    (part,) = parts_of([retriever])  # from another partition, read a little later
+    add(target, part, "m3", now=1.4)
+    (done,) = target.pop_ready(1.5)
+    assert done.complete and done.tokens == ("m1", "m2", "m3")
+    assert len(mapped_release(done).contexts) == 2
 
 
 def test_a_missing_parent_keeps_a_trace_waiting_until_the_maximum() -> None:
@@ -664,15 +681,20 @@ def test_a_byte_bound_holds_as_well() -> None:
     assert early.reason == "pending_limit" and target.bytes == 0
 
 
-def test_revoked_partitions_are_dropped_unreleased() -> None:
-    app = App()
+def test_traces_of_partitions_that_went_elsewhere_are_dropped_unreleased() -> None:
+    app, other = App(), App()
     openinference_rag(app)
+    openinference_rag(other)
     (part,) = parts_of(app.spans()[:1])
+    (whole,) = parts_of(other.spans())
     target = assembler()
     target.add(part.trace_id, part.data, part.shapes, "m1", 0.0, group="p0")
-    assert target.drop_groups({"p1"}) == 0
-    assert target.drop_groups({"p0"}) == 1
-    assert target.pending == 0 and target.pop_ready(1000.0) == []
+    target.add(whole.trace_id, whole.data, whole.shapes, "m2", 0.0, group="p0")
+    assert len(target.pop_ready(0.0)) == 1
+    assert target.drop_pending({"p0", "p1"}) == 0
+    assert target.drop_pending({"p1"}) == 1, "the unreleased trace is the new owner's"
+    assert (target.pending, target.kept) == (0, 1), "a released trace keeps its grace period"
+    assert target.pop_ready(1000.0) == []
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -1,10 +1,12 @@
 """Assembling the spans of one trace that arrive in several parts, until the trace is whole.
 
-A trace is released as soon as it is complete: its root span (a span without a parent) has ended
-and every span it refers to as a parent is there. Exported spans have always ended, so a root in
-hand is an ended root; a child can only be exported after it ends, and its parent ends later, so
-a trace is whole once its root and all referenced parents arrived. A trace that is not complete
-`max_seconds` after its first span is released anyway, marked incomplete.
+A trace is complete when its root span (a span without a parent) has ended and every span it
+refers to as a parent is there. Exported spans have always ended, so a root in hand is an ended
+root. A child ends before its parent, so an SDK exports it in the same batch or an earlier one;
+but batches written to different partitions can be read out of order by a fraction of a second,
+so a complete trace is released `settle_seconds` after it became complete (a child read just
+after its root still joins). A trace that is not complete `max_seconds` after its first span is
+released anyway, marked incomplete.
 
 After its first release a trace is kept `grace_seconds` longer: spans that arrive then are added
 and the trace is released again with the next revision (when it becomes complete, or when the
@@ -125,12 +127,14 @@ class TraceAssembler(Generic[T]):
         grace_seconds: float,
         max_traces: int,
         max_bytes: int,
+        settle_seconds: float = 0.0,
         on_shed: Callable[[str], None] | None = None,
         remember_forgotten: int = 100_000,
     ) -> None:
-        if max_seconds < 0 or grace_seconds < 0 or max_traces < 1 or max_bytes < 1:
+        if min(max_seconds, grace_seconds, settle_seconds) < 0 or max_traces < 1 or max_bytes < 1:
             raise ValueError("bounds must be positive and times not negative")
         self.max_seconds = max_seconds
+        self.settle_seconds = settle_seconds
         self.grace_seconds = grace_seconds
         self.max_traces = max_traces
         self.max_bytes = max_bytes
@@ -138,7 +142,7 @@ class TraceAssembler(Generic[T]):
         self._entries: dict[str, _Entry[T]] = {}
         self._pending: OrderedDict[str, None] = OrderedDict()  # by first part, oldest first
         self._kept: OrderedDict[str, None] = OrderedDict()  # released, by first release
-        self._ready: dict[str, None] = {}  # complete and due for a release, in order
+        self._ready: dict[str, float] = {}  # complete (since when) and due for a release
         self._shed: list[Release[T]] = []
         self._forgotten: OrderedDict[str, None] = OrderedDict()
         self._remember = remember_forgotten
@@ -189,7 +193,9 @@ class TraceAssembler(Generic[T]):
             if entry.released_at is not None:
                 entry.dirty = True
         if entry.complete and (entry.released_at is None or entry.dirty):
-            self._ready[trace_id] = None
+            self._ready.setdefault(trace_id, now)
+        else:
+            self._ready.pop(trace_id, None)  # a new span names a parent not here yet
         self._enforce_bounds(now)
         return "held"
 
@@ -198,8 +204,11 @@ class TraceAssembler(Generic[T]):
         traces shed for memory, and revisions of kept traces; forgets kept traces whose grace
         period ended."""
         releases, self._shed = self._shed, []
-        ready, self._ready = self._ready, {}
-        for trace_id in ready:
+        while self._ready:
+            trace_id, since = next(iter(self._ready.items()))
+            if now - since < self.settle_seconds:
+                break
+            del self._ready[trace_id]
             entry = self._entries.get(trace_id)
             if entry is not None and (entry.released_at is None or entry.dirty):
                 releases.append(self._release(entry, "complete", now))
@@ -230,16 +239,16 @@ class TraceAssembler(Generic[T]):
             self._forget(entry)
         return releases
 
-    def drop_groups(self, groups: set[Hashable]) -> int:
-        """Forget the traces of these groups (revoked partitions) without releasing them: their
-        unfinished parts are read again by the next owner. Returns how many were dropped."""
-        dropped = [e for e in self._entries.values() if e.group in groups]
+    def drop_pending(self, keep: set[Hashable]) -> int:
+        """Forget the unreleased traces of every group not in `keep` (partitions that went to
+        another replica): their unfinished parts are read again by the next owner. Released
+        traces stay for the rest of their grace period. Returns how many were dropped."""
+        dropped = [
+            e for e in self._entries.values() if e.released_at is None and e.group not in keep
+        ]
         for entry in dropped:
             self._ready.pop(entry.trace_id, None)
-            if entry.released_at is None:
-                self._remove(entry)
-            else:
-                self._forget(entry)
+            self._remove(entry)
         return len(dropped)
 
     def _release(self, entry: _Entry[T], reason: ReleaseReason, now: float) -> Release[T]:

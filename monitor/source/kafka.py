@@ -15,7 +15,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from monitor.config import KafkaConfig, aiokafka_security_kwargs
 from monitor.export.metrics import Metrics
 from monitor.source.messages import RawMessage
-from monitor.source.offsets import OffsetTracker
+from monitor.source.offsets import OffsetTracker, ReplayFilter
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +63,10 @@ class KafkaSource:
         topics: list[str] | None = None,
         name: str = "scoring",
         busy: Callable[[set[TopicPartition]], bool] | None = None,
+        skip_finished: bool = False,
     ) -> None:
+        """`skip_finished`: commits say which later offsets are unfinished, and a new owner
+        skips the others (for topics whose messages finish out of order: the spans topic)."""
         self._config = config
         self.name = name
         self.group_id = group_id or config.group_id
@@ -86,6 +89,9 @@ class KafkaSource:
             max_poll_interval_ms=config.max_poll_interval_ms,
             **aiokafka_security_kwargs(config),
         )
+        self._skip_finished = skip_finished
+        self._replay = ReplayFilter()
+        self.skipped_replays = 0
         self._last_commit_at = time.monotonic()
         self.last_fetch_ok: float | None = None
         self._lag_labels: set[tuple[str, str]] = set()
@@ -136,8 +142,11 @@ class KafkaSource:
         )
         self.last_fetch_ok = time.monotonic()
         messages: list[RawMessage] = []
-        for records in batches.values():
+        for tp, records in batches.items():
             for rec in records:
+                if self._skip_finished and self._replay.done(tp, rec.offset):
+                    self.skipped_replays += 1
+                    continue
                 messages.append(
                     RawMessage(
                         topic=rec.topic,
@@ -159,21 +168,28 @@ class KafkaSource:
         """Commit every finished offset (of `partitions`, or all); False when the commit failed."""
         self._last_commit_at = time.monotonic()
         owned = self.assignment if partitions is None else partitions & self.assignment
-        offsets = self._tracker.to_commit(owned)
         self._update_lag(owned)
-        return await self._commit_offsets(offsets, "offset commit failed; will retry")
+        return await self._commit_offsets(owned, "offset commit failed; will retry")
 
-    async def _commit_offsets(self, offsets: dict[TopicPartition, int], on_failure: str) -> bool:
-        """Commit these offsets and count the outcome; False (logged) when the broker refused."""
-        if not offsets:
+    async def _commit_offsets(self, partitions: set[TopicPartition], on_failure: str) -> bool:
+        """Commit the finished offsets of these partitions and count the outcome; False
+        (logged) when the broker refused."""
+        if self._skip_finished:
+            pairs = self._tracker.to_commit_with_metadata(partitions)
+        else:
+            pairs = {tp: (o, "") for tp, o in self._tracker.to_commit(partitions).items()}
+        if not pairs:
             return True
+        offsets = {tp: offset for tp, (offset, _) in pairs.items()}
         try:
-            await self._consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+            await self._consumer.commit(
+                {tp: OffsetAndMetadata(o, m) for tp, (o, m) in pairs.items()}
+            )
         except KafkaError as exc:
             self._metrics.commits.labels("error").inc()
             log.warning(on_failure, error=f"{type(exc).__name__}: {exc}")
             return False
-        self._tracker.mark_committed(offsets)
+        self._tracker.mark_committed(offsets, {tp: m for tp, (_, m) in pairs.items()})
         self._metrics.commits.labels("ok").inc()
         self._metrics.last_commit.set(time.time())
         log.debug(
@@ -201,8 +217,26 @@ class KafkaSource:
             group=self.group_id,
             partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned),
         )
+        if self._skip_finished:
+            await self._load_replay_filter(assigned)
         if self._on_assigned is not None:
             await self._on_assigned(assigned)
+
+    async def _load_replay_filter(self, assigned: set[TopicPartition]) -> None:
+        """Read what the previous owners said about the offsets beyond their commits."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if coordinator is None or not assigned:
+            return
+        try:
+            committed = await asyncio.wait_for(
+                coordinator.fetch_committed_offsets(assigned), REVOKE_WAIT_SECONDS
+            )
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("could not read commit metadata; re-reading", error=type(exc).__name__)
+            return
+        for tp, meta in committed.items():
+            if meta.offset >= 0:
+                self._replay.load(tp, meta.offset, meta.metadata or "")
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Let the revoked partitions' in-flight work finish briefly, commit, then forget them."""
@@ -213,10 +247,9 @@ class KafkaSource:
         deadline = time.monotonic() + REVOKE_WAIT_SECONDS
         while self._busy(revoked) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        await self._commit_offsets(
-            self._tracker.to_commit(revoked), "commit on revocation failed; the next owner re-reads"
-        )
+        await self._commit_offsets(revoked, "commit on revocation failed; the next owner re-reads")
         self._tracker.forget(revoked)
+        self._replay.forget(revoked)
         for tp in revoked:
             labels = (tp.topic, str(tp.partition))
             if labels in self._lag_labels:

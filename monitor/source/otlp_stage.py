@@ -222,6 +222,7 @@ class Assembly:
             grace_seconds=kafka.otlp_late_span_grace_seconds,
             max_traces=kafka.otlp_max_pending_traces,
             max_bytes=kafka.otlp_max_pending_bytes,
+            settle_seconds=kafka.otlp_assembly_settle_seconds,
             on_shed=lambda reason: otlp_metrics.shed.labels(reason).inc(),
         )
         self._late = metrics.traces_skipped.labels("otlp_late_spans")
@@ -246,8 +247,8 @@ class Assembly:
     async def flush(self) -> None:
         await self._handle(self._assembler.flush(time.monotonic()))
 
-    def drop(self, groups: set[Hashable]) -> int:
-        dropped = self._assembler.drop_groups(groups)
+    def drop_pending(self, keep: set[Hashable]) -> int:
+        dropped = self._assembler.drop_pending(keep)
         self._update_gauges()
         return dropped
 
@@ -487,6 +488,7 @@ class KafkaOtlpStage:
         self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
         self._decoded_native = metrics.traces_decoded.labels("native")
         self._busy: set[TopicPartition] = set()
+        self._rebalancing = False
 
     def busy(self, partitions: set[TopicPartition]) -> bool:
         """Work of these partitions is being written right now (revocation waits for it)."""
@@ -552,12 +554,22 @@ class KafkaOtlpStage:
             self.assembly.add(part, token, now, group=msg.tp)
 
     async def tick(self) -> None:
-        await self.assembly.tick()
+        if not self._rebalancing:
+            await self.assembly.tick()
 
     def on_revoked(self, partitions: set[TopicPartition]) -> None:
-        dropped = self.assembly.drop(set(partitions))
+        """Nothing is released until the new assignment is known: a trace of a partition that
+        goes elsewhere would be assembled twice."""
+        self._rebalancing = True
+
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Traces still assembling from partitions that went to another replica are its now
+        (their parts are uncommitted); those of partitions that came back stay, and the parts
+        read again join them as duplicates."""
+        dropped = self.assembly.drop_pending(set(assigned))
+        self._rebalancing = False
         if dropped:
-            log.info("assembling traces handed to the partitions' next owner", traces=dropped)
+            log.info("traces being assembled left to the partitions' new owner", traces=dropped)
 
     def _finish(self, messages: Sequence[RawMessage]) -> None:
         for msg in messages:

@@ -463,11 +463,14 @@ def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
     return all(committed.get((topic, p), 0) >= end for p, end in ends.items())
 
 
-def pipeline_drained(bootstrap: str, group: str, inputs: Iterable[str]) -> bool:
-    """Everything read from `inputs` went all the way through: the input topics, then the OTLP
-    stage's spans topic, then the assembled-traces topic are committed to their ends (checked in
-    that order, so what one stage wrote before its commit is covered by the next check). Topic
-    and group names are the defaults derived from `group`."""
-    stages = [(group, topic) for topic in inputs]
-    stages += [(f"{group}.otlp", f"{group}.otlp-spans"), (group, f"{group}.otlp-traces")]
+def pipeline_drained(
+    bootstrap: str, group: str, inputs: Iterable[str] = (), otlp_inputs: Iterable[str] = ()
+) -> bool:
+    """Everything read went all the way through: the input topics (native ones by `group`, OTLP
+    ones by the OTLP stage's group), then the spans topic, then the assembled-traces topic are
+    committed to their ends (checked in that order, so what one stage wrote before its commit
+    is covered by the next check). Topic and group names are the defaults derived from `group`."""
+    otlp_group = f"{group}.otlp"
+    stages = [(group, topic) for topic in inputs] + [(otlp_group, t) for t in otlp_inputs]
+    stages += [(otlp_group, f"{group}.otlp-spans"), (group, f"{group}.otlp-traces")]
     return all(committed_to_end(bootstrap, g, t) for g, t in stages)
