@@ -14,6 +14,7 @@ import json
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,9 +133,8 @@ def pipeline(kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path) -> Pi
 @contextmanager
 def running(*replicas: DaemonProcess) -> Iterator[tuple[DaemonProcess, ...]]:
     try:
-        for replica in replicas:
+        for replica in replicas:  # one after the other: the first creates the store's schema
             replica.start()
-        for replica in replicas:
             replica.wait_ready(90)
         yield replicas
     finally:
@@ -270,13 +270,13 @@ def test_twenty_concurrent_turns_spread_over_messages_and_partitions(
     # maximum before the scoring stage drops them (the test does not wait the default minute).
     a, b = pipeline.replica("a", **WAIT), pipeline.replica("b", **WAIT)
     with running(a, b):
-        half = len(messages) // 2
-        pipeline.produce(messages[:half], rng, pause=0.15)
+        producing = threading.Thread(target=pipeline.produce, args=(messages, rng, 0.15))
+        producing.start()  # the spans keep coming, in the order an SDK exports them
         if kill:
-            scorer = _scoring_replica(a, b)
-            scorer.kill()  # mid-stream: its uncommitted work is re-read by the other one
+            scorer = _scoring_replica(a, b)  # some turns are scored, others still assembling
+            scorer.kill()  # its unfinished work is read again by the other replica
             survivor = b if scorer is a else a
-        pipeline.produce(messages[half:], rng, pause=0.15)
+        producing.join()
         wait_until(pipeline.drained, 120, "every span through both stages", interval=0.5)
         moved = renumbered(a, b)
         _stop(a, b)
@@ -297,7 +297,7 @@ def _scoring_replica(*replicas: DaemonProcess) -> DaemonProcess:
         found[:] = [r for r in replicas if r.value("ragmon_traces_processed_total") > 0]
         return bool(found)
 
-    wait_until(scored, 60, "a replica to score the first turns")
+    wait_until(scored, 60, "a replica to score the first turns", interval=0.05)
     return found[0]
 
 

@@ -261,6 +261,14 @@ class Assembly:
                 else ("complete" if release.complete else "incomplete")
             )
             self._otlp.released.labels(outcome).inc()
+            log.debug(
+                "trace released",
+                trace_id=release.trace_id,
+                revision=release.revision,
+                reason=release.reason,
+                complete=release.complete,
+                parts=len(release.parts),
+            )
             tokens = [t.message for t in release.tokens]
             try:
                 spans = decode_otlp(merge_parts(list(release.parts)), "otlp_proto")
