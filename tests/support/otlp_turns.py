@@ -129,6 +129,7 @@ def langchain_turn(
     context = root.get_span_context()
     trace_id = format(context.trace_id, "032x")
     spans = tuple(s for s in app.spans() if hex_trace_id(s) == trace_id)
+    app.exporter.clear()  # the turn keeps its spans; the app starts afresh
     return Turn(n, trace_id, question, answer, start_ns, spans)
 
 
