@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.daemon import Daemon, SourceSpec
 from monitor.export.metrics import Metrics
+from monitor.logs import configure_logging
 from monitor.models import Trace
 from monitor.source.messages import RawMessage
 from monitor.source.otlp import decode_otlp
@@ -65,6 +66,16 @@ def _payload(n: int) -> bytes:
         ],
     )
     return json.dumps(trace).encode()
+
+
+async def until_done(clock: Clock, daemon_task: asyncio.Task[int]) -> None:
+    """Wait for the last trace; a daemon that stops early raises here instead of hanging."""
+    waiting = asyncio.create_task(clock.done.wait())
+    await asyncio.wait([waiting, daemon_task], return_when=asyncio.FIRST_COMPLETED)
+    if not waiting.done():
+        waiting.cancel()
+        daemon_task.result()
+        raise RuntimeError(f"the daemon stopped after {clock.count} of {clock.expected} traces")
 
 
 class Clock:
@@ -116,7 +127,7 @@ async def daemon_path(bootstrap: str, topic: str, expected: int) -> float:
     clock = Clock(expected)
     daemon = Daemon(settings, SourceSpec("kafka"), processor=clock, registry=CollectorRegistry())
     task = asyncio.create_task(daemon.run())
-    await clock.done.wait()
+    await until_done(clock, task)
     daemon.request_stop()
     await task
     assert clock.first is not None and clock.last is not None
@@ -176,16 +187,16 @@ def otlp_exports(count: int) -> list[bytes]:
     ]
 
 
-async def otlp_path(bootstrap: str, otlp_topic: str, expected: int) -> float:
+async def otlp_path(bootstrap: str, otlp_topic: str, dlq: str, expected: int) -> float:
     """Traces/s from the first trace the scoring stage reads to the last, through both stages."""
     group = f"otlp-{uuid.uuid4().hex[:6]}"
     settings = daemon_settings(
-        bootstrap, [], group, f"{otlp_topic}.dlq", otlp_topics=[otlp_topic], internal_partitions=6
+        bootstrap, [], group, dlq, otlp_topics=[otlp_topic], internal_partitions=PARTITIONS
     )
     clock = Clock(expected)
     daemon = Daemon(settings, SourceSpec("kafka"), processor=clock, registry=CollectorRegistry())
     task = asyncio.create_task(daemon.run())
-    await clock.done.wait()
+    await until_done(clock, task)
     daemon.request_stop()
     await task
     assert clock.first is not None and clock.last is not None
@@ -267,7 +278,7 @@ async def main_async(
             f"| ratio {daemon / bare:.2f} (target >= 0.5)"
         )
         if otlp:
-            through = await otlp_path(bootstrap, otlp_topic, traces)
+            through = await otlp_path(bootstrap, otlp_topic, f"{topic}.dlq", traces)
             print(
                 f"round {round_no}: OTLP through both stages {through:,.0f} traces/s "
                 f"| native path {daemon:,.0f} traces/s | ratio {through / daemon:.2f}"
@@ -287,6 +298,7 @@ def main() -> None:
     parser.add_argument("--scoring", action="store_true", help="also the whole scoring stage")
     parser.add_argument("--otlp", action="store_true", help="also OTLP through both stages")
     args = parser.parse_args()
+    configure_logging("console", "warning")  # as `rag-monitor run` would: no per-trace lines
     if args.otlp:
         peak, decoded = assembly_memory(PENDING_TRACES)
         print(

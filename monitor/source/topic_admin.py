@@ -10,6 +10,8 @@ Streams application owns its repartition topics); every other topic it only chec
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,7 @@ from monitor.source.topics import MissingTopicError
 from monitor.source.writer import RECORD_OVERHEAD_BYTES
 
 TOPIC_ALREADY_EXISTS = 36
+VISIBLE_SECONDS = 15.0
 DEFAULT_REPLICAS = 3
 
 
@@ -146,7 +149,9 @@ async def create_topics(settings: Settings, specs: list[TopicSpec]) -> list[Topi
                 if code not in (0, TOPIC_ALREADY_EXISTS):
                     message = entry[2] if len(entry) > 2 and entry[2] else for_code(code).__name__
                     errors[name] = str(message)
-            existing.update(await _partition_counts(admin, [s.name for s in missing]))
+            existing.update(
+                await _visible(admin, [s.name for s in missing if s.name not in errors])
+            )
     finally:
         await admin.close()
     made = {s.name for s in missing}
@@ -165,6 +170,17 @@ async def _default_replication(admin: AIOKafkaAdminClient) -> int:
     """Three copies where the cluster has three brokers, fewer on a smaller one."""
     cluster: Any = await admin.describe_cluster()
     return max(1, min(DEFAULT_REPLICAS, len(cluster.get("brokers", [])) or 1))
+
+
+async def _visible(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Partition counts of just-created topics, once the broker's metadata shows them (that
+    takes a moment after the controller said yes)."""
+    deadline = time.monotonic() + VISIBLE_SECONDS
+    counts = await _partition_counts(admin, names)
+    while len(counts) < len(names) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        counts = await _partition_counts(admin, names)
+    return counts
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
