@@ -20,6 +20,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import json
 import re
 import sys
@@ -554,15 +555,18 @@ def add_review_routes(
     redactor: TextRedactor | None = _DEFAULT_REDACTOR,
     trace_url_template: str | None = None,
     allow_basic: bool = True,
+    bound_host: str | None = None,
 ) -> None:
     """Add ``GET /review`` (HTML) and ``GET /review.json`` to the daemon's app.
 
     `store_getter` is called per request (the store opens after the server starts: None means
     not yet, answered 503). With `token`, both routes require ``Authorization: Bearer <token>``;
     the HTML page also accepts HTTP Basic with the token as password (`allow_basic`), which a
-    browser prompts for. `redactor` is applied to every text shown (None: the store's text as
-    is). `trace_url_template`, e.g. ``https://grafana.example/explore?traceId={trace_id}``,
-    makes each trace id a link to a trace viewer; otherwise it links to its own anchor.
+    browser prompts for. `bound_host` is the address the server listens on: without a token,
+    a warning is logged unless it is a loopback address. `redactor` is applied to every text
+    shown (None: the store's text as is). `trace_url_template`, e.g.
+    ``https://grafana.example/explore?traceId={trace_id}``, makes each trace id a link to a
+    trace viewer; otherwise it links to its own anchor.
     """
     from monitor.review_page import render_page
 
@@ -578,7 +582,7 @@ def add_review_routes(
         except (KeyError, IndexError, ValueError):
             raise ValueError("trace_url_template may hold only the field {trace_id}") from None
     expected = _digest(token) if token is not None else None
-    if expected is None:
+    if expected is None and not _loopback(bound_host):
         log.warning(
             "review pages served without a token; bind the HTTP server to a private address"
         )
@@ -639,6 +643,17 @@ def add_review_routes(
 
     app.router.add_get("/review", page)
     app.router.add_get("/review.json", as_json)
+
+
+def _loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _html(body: str, status: int) -> web.Response:
