@@ -118,7 +118,20 @@ class RagService:
                 }
             )
 
+        async def index(request: web.Request) -> web.Response:
+            return web.json_response(
+                {
+                    "service": "rag-monitor demo RAG service",
+                    "endpoints": {
+                        "POST /search": '{"query": "...", "mode": "A|B|E", "top_k": 10}',
+                        "POST /answer": '{"query": "...", "mode": "A|B|E"}',
+                    },
+                    "documents": len(self._titled.docs),
+                }
+            )
+
         app = web.Application()
+        app.router.add_get("/", index)
         app.router.add_post("/search", search)
         app.router.add_post("/answer", answer)
         return app
