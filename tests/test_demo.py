@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -199,3 +200,56 @@ def test_a_busy_port_is_one_line_naming_the_flag(tmp_path: Path) -> None:
     (line,) = [x for x in run.stderr.splitlines() if x.startswith("rag-monitor:")]
     assert f"cannot listen on 127.0.0.1:{port}" in line
     assert "http.port" in line and "RAGMON_HTTP__PORT" in line
+
+
+def _alerts(prometheus: str) -> list[dict[str, object]]:
+    with urllib.request.urlopen(f"{prometheus}/api/v1/alerts", timeout=5) as response:
+        alerts: list[dict[str, object]] = json.loads(response.read())["data"]["alerts"]
+    return alerts
+
+
+def test_the_demo_prometheus_fires_the_hallucination_alert_on_the_bad_agent(
+    tmp_path: Path,
+) -> None:
+    """With Prometheus installed the demo starts it with the demo rendering of the chart's
+    rules; the canary's invented facts make RagmonHallucinationRateHigh go pending, then fire,
+    for that agent within minutes -- on tier-0 (heuristic) data, no judge needed."""
+    _require_tansu()
+    if shutil.which("prometheus") is None:
+        service_unavailable("prometheus not installed (Debian package `prometheus`)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        prometheus_port = sock.getsockname()[1]
+    terminal = Terminal(
+        [sys.executable, "-m", "monitor.cli", "demo", "--port", "0",
+         "--prometheus-port", str(prometheus_port)],
+        cwd=tmp_path,
+        env=_env(),
+    )  # fmt: skip
+    try:
+        terminal.wait_for_text("so consumer lag reads low", timeout=90)
+        alerts_url = _banner_value(terminal.output, "prometheus")
+        assert alerts_url == f"http://127.0.0.1:{prometheus_port}/alerts"
+        prometheus = alerts_url.removesuffix("/alerts")
+        assert "prometheus" in _children_by_name(terminal.pid)
+        states: dict[str, set[str]] = {}
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            for alert in _alerts(prometheus):
+                labels = alert["labels"]
+                assert isinstance(labels, dict)
+                if labels["alertname"] == "RagmonHallucinationRateHigh":
+                    states.setdefault(labels["agent"], set()).add(str(alert["state"]))
+                    assert labels["evaluator"] == "heuristic"
+                    assert labels["rendering"] == "demo"
+            if "firing" in states.get("support-bot-canary", set()):
+                break
+            time.sleep(2)
+        assert states.get("support-bot-canary") == {"pending", "firing"}, states
+        processes = _children_by_name(terminal.pid)
+        terminal.press_ctrl_c()
+        assert terminal.wait(timeout=SHUTDOWN_DEADLINE + 10) == 0, terminal.output[-2000:]
+        time.sleep(0.5)
+        assert not any(alive(pid) for pid in processes.values())
+    finally:
+        terminal.kill()

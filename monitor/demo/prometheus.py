@@ -46,19 +46,22 @@ def prometheus_config(daemon_port: int, rules_file: Path) -> dict[str, object]:
     }
 
 
-def _port(preferred: int | None) -> int:
-    """`preferred`, else 9090 when free, else any free loopback port."""
+def _free(port: int) -> int | None:
+    """`port` (0: any) when it can be bound on loopback now, else None."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+        bound: int = sock.getsockname()[1]
+        return bound
+
+
+def _port(preferred: int | None) -> int | None:
+    """`preferred` if free (None if not), else 9090 when free, else any free port."""
     if preferred is not None:
-        return preferred
-    for candidate in (DEFAULT_PORT, 0):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            port: int = sock.getsockname()[1]
-            return port
-    raise AssertionError("binding port 0 cannot fail")
+        return _free(preferred)
+    return _free(DEFAULT_PORT) or _free(0)
 
 
 async def _wait_ready(url: str, child: ChildProcess) -> bool:
@@ -103,6 +106,8 @@ async def start_prometheus(
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump(prometheus_config(daemon_port, rules)), encoding="utf-8")
     listen = _port(port)
+    if listen is None:
+        return {"prometheus": f"not started: port {port} is in use (--prometheus-port)"}
     log_file = workdir / "prometheus.log"
     child = await ChildProcess.start(
         "prometheus",
@@ -118,7 +123,7 @@ async def start_prometheus(
     )
     stack.push_async_callback(child.stop)
     url = f"http://127.0.0.1:{listen}"
-    if not await _wait_ready(url, child):
+    if not await _wait_ready(url, child) or child.process.returncode is not None:
         await child.stop()
         return {"prometheus": f"failed to start: {_last_line(log_file) or 'no output'}"}
     return {"prometheus": f"{url}/alerts"}
