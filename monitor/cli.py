@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--source",
         default="kafka",
-        help="'kafka' (default: the configured topics) or 'file:PATH.jsonl' ('file:-' for stdin)",
+        help="'kafka' (default: the configured topics) or 'file:PATH.jsonl' ('file:-' for stdin,"
+        " read line by line as it arrives); a file replay prints a summary at its end",
     )
 
     check = sub.add_parser("check-config", help="print the effective configuration, secrets masked")
@@ -65,14 +66,23 @@ def _parser() -> argparse.ArgumentParser:
     score = sub.add_parser("score", help="score a JSONL file of native traces offline")
     score.add_argument("--input", required=True, help="traces, one JSON object a line; - = stdin")
     score.add_argument("--output", required=True, type=Path, help="results, one JSON a line")
-    score.add_argument("--evaluator", choices=["heuristic", "llm", "ragas"], default="heuristic")
+    score.add_argument(
+        "--evaluator",
+        choices=["heuristic", "llm", "ragas"],
+        default="heuristic",
+        help="heuristic (default): tier 0 only, no network; llm or ragas: also the LLM judge on"
+        " every trace (needs judge.base_url / RAGMON_JUDGE__BASE_URL; ragas needs the ragas"
+        " extra). The summary reports the chosen evaluator's traces",
+    )
     score.add_argument("--config", type=Path, help="YAML configuration file")
 
     register_golden(sub)
     register_review(sub)
 
     demo = sub.add_parser(
-        "demo", help="run everything locally: broker, RAG service, traffic, daemon"
+        "demo",
+        help="run everything locally: broker, RAG service, traffic, daemon (and Prometheus with"
+        " the alert rules when installed); Ctrl-C stops it",
     )
     demo.add_argument("--port", type=int, default=9820, help="the daemon's HTTP port (0: any)")
     demo.add_argument("--rate", type=float, default=4.0, help="demo traces per second")
