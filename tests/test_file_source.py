@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -250,3 +251,42 @@ def test_bad_paths_are_one_line_naming_the_flag_with_exit_2(
     errors = [x for x in result.stderr.splitlines() if x.startswith("rag-monitor:")]
     assert len(errors) == 1 and message in errors[0], result.stderr
     assert "Kafka" not in result.stderr
+
+
+def test_the_replay_summary_reports_what_the_judge_shed(tmp_path: Path) -> None:
+    """A one-slot judge queue and a slow judge: traces replayed together are shed
+    (queue_full), the rest judged; the summary counts both."""
+    from tests.support.openai_server import OpenAIServer, Reply
+
+    server = OpenAIServer(script=lambda received: Reply(delay=0.3))
+    server.start_in_thread()
+    source = tmp_path / "traces.jsonl"
+    source.write_text("".join(json.dumps(native_trace(i)) + "\n" for i in range(12)))
+    try:
+        result = subprocess.run(
+            _cli("run", "--source", f"file:{source}"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=_env(
+                tmp_path,
+                RAGMON_JUDGE__BASE_URL=server.url,
+                RAGMON_SAMPLING__RATE="1.0",
+                RAGMON_SAMPLING__QUEUE_SIZE="1",
+            ),
+        )
+    finally:
+        server.stop_in_thread()
+    assert result.returncode == 0, result.stderr[-2000:]
+    (line,) = [x.strip() for x in result.stdout.splitlines() if x.strip().startswith("judge:")]
+    match = re.fullmatch(
+        r"judge: 12 traces selected \(sampled (\d+), priority (\d+)\), 0 not in the sample;"
+        r" shed (\d+) \(([a-z_ \d,]+)\); judged (\d+)",
+        line,
+    )
+    assert match is not None, line
+    sampled, priority, shed, judged = (int(match.group(i)) for i in (1, 2, 3, 5))
+    reasons = dict(part.rsplit(" ", 1) for part in match.group(4).split(", "))
+    assert reasons.get("queue_full") and sum(map(int, reasons.values())) == shed, line
+    assert set(reasons) <= {"queue_full", "rate_lowered"}
+    assert judged >= 1 and sampled + priority == judged and judged + shed == 12
