@@ -15,6 +15,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
+from monitor.evaluate.judge_client import CallFailure, TokenTally
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import (
@@ -409,3 +410,23 @@ def test_config_rejects_a_bad_response_format_and_a_tiny_bound() -> None:
     assert (
         EMBEDDING_KEY in JudgeConfig.model_validate({"embedding_api_key": EMBEDDING_KEY}).secrets()
     )
+
+
+async def test_per_token_embeddings_are_mean_pooled_and_garbage_is_malformed(
+    server: OpenAIServer, judges: Any
+) -> None:
+    # llama_cpp.server without pooling for the model: one vector per token
+    per_token = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": 0, "embedding": [[1.0, 0.0], [0.0, 1.0]]}],
+        "usage": {"prompt_tokens": 2, "total_tokens": 2},
+    }
+    garbage = {**per_token, "data": [{"object": "embedding", "index": 0, "embedding": ["x"]}]}
+    replies = [Reply(body=per_token), Reply(body=garbage)]
+    server.script = lambda r: replies.pop(0) if r.embedding else None
+    judge: LLMJudge = judges()
+    tally = TokenTally()
+    assert await judge.client.embed(["two tokens"], "m", tally) == [[0.5, 0.5]]
+    with pytest.raises(CallFailure) as failed:
+        await judge.client.embed(["x"], "m", tally)
+    assert failed.value.reason == "malformed_output"

@@ -15,8 +15,9 @@ handled.
   accepted, the endpoint is remembered at it for the client's lifetime.
 - Failures are classified by kind, not by status alone (:func:`classify`): a prompt longer than
   the model's context fails that trace at once (``context_too_long``, the server's words kept in
-  the detail); 404/501 (the server has no such route, e.g. embeddings off) fail at once and say
-  nothing against the circuit; 401/403 fail at once and count against it; 429 is retried,
+  the detail); 404/501 or a refusal saying the server does not support the request (e.g.
+  embeddings off; llama_cpp.server says so with a 500) fail at once and say nothing against the
+  circuit; 401/403 fail at once and count against it; 429 is retried,
   honouring ``Retry-After``; 5xx, connection errors and timeouts are retried with full-jitter
   exponential backoff (``uniform(0, min(backoff_max, backoff_base * 2**n))``), up to
   ``max_retries``. A Retry-After longer than ``backoff_max_seconds`` ends the call at once
@@ -104,6 +105,12 @@ _CONTEXT_MARKERS = (
     "too many tokens",
 )
 _FORMAT_MARKERS = ("response_format", "json_schema", "json_object", "response format")
+_UNSUPPORTED_MARKERS = (
+    "not_supported_error",  # llama-server
+    "does not support",
+    "not supported",
+    "must be created with embedding",  # llama_cpp.server asked for embeddings it does not serve
+)
 
 
 class CallFailure(Exception):
@@ -220,7 +227,7 @@ def classify(exc: openai.APIStatusError) -> FailureKind:
         return "token_parameter"
     if any(marker in text for marker in _FORMAT_MARKERS):
         return "response_format"
-    if status in (404, 501):
+    if status in (404, 501) or any(marker in text for marker in _UNSUPPORTED_MARKERS):
         return "unsupported"
     if status in (401, 403):
         return "auth"
@@ -532,10 +539,10 @@ class JudgeClient:
                     self.metrics.request(self.evaluator, "ok", self._clock() - started)
                     self._account(response, tally)
                     ordered = sorted(response.data or [], key=lambda d: d.index)
-                    vectors = [[float(x) for x in d.embedding] for d in ordered]
+                    vectors = [_vector(d.embedding) for d in ordered]
                     if len(vectors) != len(texts) or any(not v for v in vectors):
                         raise CallFailure("malformed_output", "embeddings reply is incomplete")
-                    return vectors
+                    return [v for v in vectors if v is not None]
                 finally:
                     if not settled:  # cancelled mid-request: the attempt says nothing
                         endpoint.circuit.abandon()
@@ -669,6 +676,23 @@ class JudgeClient:
             evaluator=self.evaluator,
             trace_id=trace_id,
         )
+
+
+def _vector(raw: object) -> list[float] | None:
+    """One embedding as floats. A server without pooling for the model (llama_cpp.server has no
+    setting for it) sends one vector per token: those are mean-pooled, as llama-server's
+    ``--pooling mean`` would. None when the reply is not numbers of one length."""
+    if not isinstance(raw, list) or not raw:
+        return None
+    try:
+        if all(isinstance(x, list) for x in raw):
+            width = len(raw[0])
+            if width == 0 or any(len(row) != width for row in raw):
+                return None
+            return [math.fsum(float(row[i]) for row in raw) / len(raw) for i in range(width)]
+        return [float(x) for x in raw]
+    except (TypeError, ValueError):
+        return None
 
 
 def _truncated(response: ChatCompletion) -> bool:

@@ -91,7 +91,7 @@ class ModelServer:
         *,
         embeddings: bool = False,
         context: int = 4096,
-        threads: int = 2,
+        threads: int = 1,
     ) -> None:
         self.kind = kind
         self.found = found
