@@ -108,13 +108,14 @@ def _strip_meta(statement: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-StatementKind = Literal["claim", "refusal", "filler"]
+StatementKind = Literal["claim", "refusal", "filler", "other_language"]
 
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """One sentence of the answer: a claim (scored when there are contexts), a refusal, or filler
-    that claims nothing ("Sure!", "Here is the summary:")."""
+    """One sentence of the answer: a claim (scored when there are contexts), a refusal, filler
+    that claims nothing ("Sure!", "Here is the summary:"), or a claim in a language none of the
+    contexts is written in (``other_language``), which lexical matching cannot check."""
 
     text: str
     kind: StatementKind
@@ -181,7 +182,7 @@ def _is_refusal(statements: list[Statement]) -> bool:
 
 
 def _unmeasured_reason(
-    answer: str, refusal: bool, has_contexts: bool, has_claims: bool
+    answer: str, refusal: bool, has_contexts: bool, has_claims: bool, other_language: bool
 ) -> str | None:
     """Why faithfulness and the context scores cannot be computed, or None when they can."""
     if not answer:
@@ -191,8 +192,29 @@ def _unmeasured_reason(
     if not has_contexts:
         return "no_contexts"
     if not has_claims:
-        return "no_claims"  # e.g. only "Yes." or filler: no content word to check
+        # every claim is in a language no context is written in: words cannot be compared
+        # across languages, so a 0 would be a false measurement
+        return "cross_language" if other_language else "no_claims"
     return None
+
+
+_LANGUAGE_SAMPLE_CHARS = 2000  # enough text to tell a context's language, bounded cost
+
+
+def context_languages(contexts: list[tuple[str, str]]) -> frozenset[str]:
+    """The languages (``en``, ``ja``) the contexts are written in; empty when none can be told
+    (structured data, bare names), which makes every statement comparable."""
+    found = {detect_language(text[:_LANGUAGE_SAMPLE_CHARS]) for _, text in contexts}
+    return frozenset(found & {"en", "ja"})
+
+
+def comparable(statement: str, languages: frozenset[str]) -> bool:
+    """Can the statement be matched word for word against contexts in `languages`? Not when it
+    is clearly English or Japanese and no context is in that language."""
+    if not languages:
+        return True
+    lang = detect_language(statement)
+    return lang not in ("en", "ja") or lang in languages
 
 
 class HeuristicEvaluator:
@@ -219,7 +241,15 @@ class HeuristicEvaluator:
     Flags: ``no_contexts``, ``empty_answer``, ``refusal`` (the answer as a whole declines),
     ``partial_refusal`` (some statements decline, others claim), ``language_mismatch`` (answer
     language differs from the question's), ``unsupported_entities`` (a number, date or name in
-    the answer appears in no context nor in the question), ``must_not_contain``.
+    the answer appears in no context nor in the question), ``must_not_contain``,
+    ``cross_language`` (some claim is in a language no context is written in).
+
+    Across languages: a claim written in English over Japanese contexts (or the reverse) shares
+    no words with them, so lexical matching cannot tell whether it is grounded. Such a claim is
+    left out -- neither supported nor unsupported, no verdict -- and when no claim is left,
+    faithfulness, support and the context scores are unmeasured with reason
+    ``cross_language``; so is answer relevancy when the answer's language differs from the
+    question's. The LLM judge, which reads both languages, is what can score such a turn.
 
     Refusals: an answer that declines ("I don't know", "情報がありません") makes no claim, so
     faithfulness, support and the context scores are unmeasured with reason ``"refusal"``.
@@ -249,15 +279,21 @@ class HeuristicEvaluator:
         if not answer:
             flags.append("empty_answer")
         index = self._index(contexts, trace.query) if contexts else None
-        statements = self.statements(answer, index)
+        languages = context_languages(contexts) if contexts else frozenset()
+        statements = self.statements(answer, index, languages)
         refusal = _is_refusal(statements)
         if refusal:
             flags.append("refusal")
         elif any(s.kind == "refusal" for s in statements):
             flags.append("partial_refusal")
+        other_language = not refusal and any(s.kind == "other_language" for s in statements)
+        if other_language:
+            flags.append("cross_language")
         checkable = [] if refusal else [s for s in statements if s.checkable]
 
-        reason = _unmeasured_reason(answer, refusal, bool(contexts), bool(checkable))
+        reason = _unmeasured_reason(
+            answer, refusal, bool(contexts), bool(checkable), other_language
+        )
         scores: dict[str, Score] = {}
         verdicts: list[StatementVerdict] = []
         if reason is not None:
@@ -308,14 +344,22 @@ class HeuristicEvaluator:
             pair_span=p.pair_span if p.pair_weight else 0,
         )
 
-    def statements(self, answer: str, index: ContextIndex | None) -> list[Statement]:
-        """The answer's sentences, each classified (claim/refusal/filler) and claims scored."""
+    def statements(
+        self,
+        answer: str,
+        index: ContextIndex | None,
+        languages: frozenset[str] = frozenset(),
+    ) -> list[Statement]:
+        """The answer's sentences, each classified (claim/refusal/filler/other_language) and
+        claims scored against the contexts (written in `languages`)."""
         out: list[Statement] = []
         for sentence in split_sentences(answer):
             if is_refusal_statement(sentence):
                 out.append(Statement(sentence, "refusal"))
             elif is_filler_statement(sentence):
                 out.append(Statement(sentence, "filler"))
+            elif not comparable(sentence, languages):
+                out.append(Statement(sentence, "other_language"))
             else:
                 sup = score_statement(_strip_meta(sentence), index, self.params) if index else None
                 out.append(Statement(sentence, "claim", sup))
@@ -361,6 +405,9 @@ class HeuristicEvaluator:
             return Score.unmeasured("empty_answer")
         if refusal:
             return Score.of(0.0)
+        asked, answered = detect_language(question), detect_language(answer)
+        if {asked, answered} <= {"en", "ja"} and asked != answered:
+            return Score.unmeasured("cross_language")  # no shared words to compare
         q = set(content_tokens(question))
         if not q:
             return Score.unmeasured("no_question_terms")
