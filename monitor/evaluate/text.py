@@ -150,6 +150,7 @@ def normalize(text: str) -> str:
 # Language detection
 
 
+@lru_cache(maxsize=256)  # one answer is asked about several times per evaluation
 def detect_language(text: str) -> Language:
     """Guess the language of `text` from its scripts.
 
