@@ -65,9 +65,9 @@ change does not inflate the way a standard deviation would).
     - record: agent:ragmon_tier0_support:spread1h_7d_1h_ago
       expr: |-
         (
-          quantile_over_time(0.75, agent:ragmon_tier0_support:mean1h[7d:15m] offset 1h)
+          quantile_over_time(0.75, agent:ragmon_tier0_support:mean1h[7d:] offset 1h)
           -
-          quantile_over_time(0.25, agent:ragmon_tier0_support:mean1h[7d:15m] offset 1h)
+          quantile_over_time(0.25, agent:ragmon_tier0_support:mean1h[7d:] offset 1h)
         ) / 1.349
     - record: agent:ragmon_tier0_support_count:increase1h
       expr: |-
