@@ -839,7 +839,9 @@ def quality_overview() -> dict[str, Any]:
             ],
             unit="percentunit",
             description="How far the cheap estimate is from the judge; a widening gap means "
-            "tier 0 no longer tracks quality for this agent.",
+            "tier 0 no longer tracks quality for this agent. Needs the LLM judge: without one "
+            "this panel is empty by design.",
+            no_value="No data: needs the LLM judge's faithfulness",
         ),
     ]
 
