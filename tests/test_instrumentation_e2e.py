@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from monitor.config import KafkaConfig
 from monitor.daemon import Daemon, SourceSpec
 from monitor.models import Trace
+from monitor.source.native import decode_native
 from monitor.source.otlp import OtlpMappingError, decode_otlp, spans_to_trace
 from monitor.source.otlp_logs import attach_log_events, decode_otlp_logs
 from tests.support.instrumented import (
@@ -50,6 +52,7 @@ pytestmark = pytest.mark.kafka
 INVENTED = {("kettle", 2), ("storage", 1), ("returns", 2)}
 SERVICE = "support-bot"
 TURN_GAP_SECONDS = 3.0
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @dataclass(frozen=True)
@@ -307,3 +310,19 @@ async def test_genai_event_only_content_arrives_as_logs_and_joins_its_spans(
         assert trace.contexts == []
         assert trace.contexts_without_text == len(planned.document_ids)
         assert trace.agent == SERVICE
+
+
+async def test_native_producer_example(kafka_broker: KafkaBroker, topic_prefix: str) -> None:
+    """examples/produce_native.py, run as the README says, writes a valid native trace keyed by
+    its conversation."""
+    topic = f"{topic_prefix}.native"
+    await create_topics(kafka_broker.bootstrap, [topic])
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLES / "produce_native.py"), kafka_broker.bootstrap, topic
+    )
+    assert await asyncio.wait_for(process.wait(), 60) == 0
+    (record,) = await read_all(kafka_broker.bootstrap, topic, 1)
+    trace = decode_native(record.value, 1_048_576)
+    assert trace.conversation_id is not None
+    assert record.key == trace.conversation_id.encode()
+    assert trace.contexts and trace.answer and trace.query
