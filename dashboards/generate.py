@@ -972,7 +972,7 @@ def _unmeasurable_input_panels() -> list[dict[str, Any]]:
             width=12,
             description="OTLP traces skipped as otlp_not_rag (no LLM call or retrieval, or a "
             "plain LLM call: no retrieval, and no pipeline span or no conversation) / all OTLP "
-            "traces assembled. kafka.otlp_score_plain_llm_calls scores plain LLM calls.",
+            "traces assembled.",
         ),
     ]
 

@@ -100,9 +100,6 @@ class KafkaConfig(_Section):
     )
     otlp_assembly_window_seconds: float = Field(default=5.0, ge=0)
     otlp_max_pending_traces: int = Field(default=10_000, gt=0)
-    # A trace with LLM calls but no retrieval, and no pipeline span or no conversation, is a
-    # plain LLM call (skipped as otlp_not_rag); true scores it like a RAG turn without contexts.
-    otlp_score_plain_llm_calls: bool = False
 
     @model_validator(mode="after")
     def _check_security(self) -> KafkaConfig:
