@@ -16,7 +16,7 @@ binary="${cache_dir}/otelcol-ragmon"
 marker="${cache_dir}/.complete"
 builder_version="v0.165.0"
 # The toolchain fetched when the local Go is too old to switch toolchains by itself (< 1.21).
-fallback_toolchain="go1.25.5"
+fallback_toolchain="go1.26.0"
 
 # shellcheck source=scripts/lib/debian.sh
 source "${script_dir}/lib/debian.sh"
@@ -60,6 +60,11 @@ if (($(go_minor "${go_bin}") < 21)); then
     echo "setup-otelcol: $("${go_bin}" env GOVERSION) is too old; fetching ${toolchain_mod}"
     toolchain_dir="$(GOFLAGS=-modcacherw "${go_bin}" mod download -json "${toolchain_mod}" \
         | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    # Module zips keep no file modes: mark the toolchain's programs executable, as Go's own
+    # toolchain switching does after the same download.
+    if [[ -n "${toolchain_dir}" ]] && [[ -f "${toolchain_dir}/bin/go" ]]; then
+        chmod a+x "${toolchain_dir}"/bin/* "${toolchain_dir}"/pkg/tool/*/*
+    fi
     if [[ -z "${toolchain_dir}" ]] || [[ ! -x "${toolchain_dir}/bin/go" ]]; then
         echo "setup-otelcol: could not fetch ${toolchain_mod}" >&2
         exit 1
