@@ -925,6 +925,8 @@ def quality_overview() -> dict[str, Any]:
         ),
     ]
 
+    panels += _unmeasurable_input_panels()
+
     panels.append(row("Worst answers ($metric, from the store)"))
     panels.append(
         store_table(
@@ -955,6 +957,51 @@ def quality_overview() -> dict[str, Any]:
         panels,
         review_query="since=1h&metric=faithfulness&worst=20",
     )
+
+
+def _unmeasurable_input_panels() -> list[dict[str, Any]]:
+    """What the input does not let rag-monitor measure: retrieved documents without their text
+    (faithfulness unmeasured, `contexts_without_text`) and OTLP traces that are no RAG turn."""
+    flagged = rate(
+        "ragmon_evaluation_flags_total",
+        "agent",
+        ['reason="contexts_without_text"', AGENT],
+        "$window",
+    )
+    # the whole: tier-0 evaluations (every trace gets exactly one)
+    evaluated = rate(
+        "ragmon_evaluations_total", "agent", ['evaluator="heuristic"', AGENT], "$window"
+    )
+    textless = f"{flagged}\n/\n{evaluated}"
+    not_rag = rate("ragmon_traces_skipped_total", "", ['reason="otlp_not_rag"'], "$window")
+    scored = rate("ragmon_traces_decoded_total", "", ['format="otlp"'], "$window")
+    return [
+        row("What the input does not let us measure"),
+        timeseries(
+            "Traces whose retrieved documents carry no text (share by agent)",
+            [target(textless, "{{agent}}")],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            width=12,
+            description="Tier-0 evaluations flagged contexts_without_text / all tier-0 "
+            "evaluations. The instrumentation records retrieved documents without their text "
+            "(ids and scores only, or content capture off), so faithfulness and the context "
+            "metrics are unmeasured for these traces: turn content capture on (README, Feed "
+            "it from your app).",
+        ),
+        timeseries(
+            "OTLP traces that are no RAG turn (share)",
+            [target(f"{not_rag}\n/\n({not_rag}\n+\n{scored})", "not RAG")],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            width=12,
+            description="OTLP traces skipped as otlp_not_rag (no LLM call or retrieval, or a "
+            "plain LLM call: no retrieval, and no pipeline span or no conversation) / all OTLP "
+            "traces assembled.",
+        ),
+    ]
 
 
 def tier0_grounding_panels() -> list[dict[str, Any]]:

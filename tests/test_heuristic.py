@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.evaluate.heuristic import HeuristicEvaluator, is_refusal_statement
-from monitor.models import Context, EvaluationResult, Trace
+from monitor.models import Context, EvaluationResult, Score, Trace
 from tests.support.dev_data import dev_data_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -473,3 +473,17 @@ def test_window_search_through_postings_matches_the_plain_scan() -> None:
         value, pos = support._best_window(index, weights, total, partial)
         assert value == pytest.approx(scanned, abs=1e-12)
         assert pos == scanned_pos
+
+
+def test_documents_without_text_leave_faithfulness_unmeasured_not_wrong() -> None:
+    """The model saw documents the trace cannot show: an answer grounded in them would look
+    invented, so faithfulness and the context scores are unmeasured, with their own reason."""
+    answer = "The Lumen Bridge opened in 1998."
+    for contexts in ([], BRIDGE):  # none with text, or some with text and some without
+        base = make_trace(BRIDGE_Q, contexts, answer)
+        res = EV.evaluate(base.model_copy(update={"contexts_without_text": 2}))
+        assert "contexts_without_text" in res.flags and "no_contexts" not in res.flags
+        for key in ("faithfulness", "support", "context_precision", "context_utilization"):
+            assert res.scores[key] == Score.unmeasured("contexts_without_text")
+        assert res.scores["answer_relevancy"].measured
+        assert res.statements == []

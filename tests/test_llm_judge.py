@@ -194,6 +194,25 @@ async def test_unmeasured_without_contexts_or_answer(
     assert all(result.scores[m].value is None for m in METRICS)
 
 
+async def test_documents_without_text_are_not_judged(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
+    """Documents whose text the trace does not carry: only answer relevancy is asked for, the
+    rest is unmeasured with its own reason (judging the documents that have text would call a
+    grounded answer invented)."""
+    judge: LLMJudge = judge_factory()
+    result = await judge.evaluate(trace(6).model_copy(update={"contexts_without_text": 2}))
+    assert [r.task for r in server.requests] == [REL]
+    assert (server.requests[0].data or {})["contexts"] == [], "no document is shown"
+    for metric in ("faithfulness", "context_precision", "context_relevancy"):
+        assert result.scores[metric].reason == "contexts_without_text"
+    assert result.scores["answer_relevancy"].value == 1.0
+    server.reset()
+    plain = await judge.evaluate(trace(6))  # the same trace with its text: a cache miss
+    assert FAITH in [r.task for r in server.requests]
+    assert plain.scores["faithfulness"].measured
+
+
 async def test_noncommittal_answer_and_no_claims(server: OpenAIServer, judge_factory: Any) -> None:
     server.script = lambda r: Reply(content={"statements": []}) if r.task == FAITH else None
     judge: LLMJudge = judge_factory()

@@ -166,13 +166,23 @@ def _is_refusal(statements: list[Statement]) -> bool:
 
 
 def _unmeasured_reason(
-    answer: str, refusal: bool, has_contexts: bool, has_claims: bool, other_language: bool
+    answer: str,
+    refusal: bool,
+    has_contexts: bool,
+    has_claims: bool,
+    other_language: bool,
+    textless: bool = False,
 ) -> str | None:
-    """Why faithfulness and the context scores cannot be computed, or None when they can."""
+    """Why faithfulness and the context scores cannot be computed, or None when they can.
+
+    `textless`: the trace says documents reached the model whose text it does not carry; an
+    answer grounded in them would look invented, so nothing is measured rather than guessed."""
     if not answer:
         return "empty_answer"
     if refusal:
         return "refusal"
+    if textless:
+        return "contexts_without_text"
     if not has_contexts:
         return "no_contexts"
     if not has_claims:
@@ -233,7 +243,9 @@ class HeuristicEvaluator:
       without reference, with a lexical usefulness verdict).
     - ``context_utilization``: useful chunks / all chunks.
 
-    Flags: ``no_contexts``, ``empty_answer``, ``refusal`` (the answer as a whole declines),
+    Flags: ``no_contexts``, ``contexts_without_text`` (retrieved documents whose text the trace
+    does not carry: faithfulness and the context scores are unmeasured with that reason),
+    ``empty_answer``, ``refusal`` (the answer as a whole declines),
     ``partial_refusal`` (some statements decline, others claim), ``language_mismatch`` (answer
     language differs from the question's), ``unsupported_entities`` (a number, date or name in
     the answer appears in no context nor in the question), ``must_not_contain``,
@@ -271,7 +283,10 @@ class HeuristicEvaluator:
         flags: list[str] = []
         contexts = _ordered(trace)
         answer = trace.answer.strip()
-        if not contexts:
+        textless = bool(trace.contexts_without_text)
+        if textless:
+            flags.append("contexts_without_text")
+        elif not contexts:
             flags.append("no_contexts")
         if not answer:
             flags.append("empty_answer")
@@ -289,7 +304,7 @@ class HeuristicEvaluator:
         checkable = [] if refusal else [s for s in statements if s.checkable]
 
         reason = _unmeasured_reason(
-            answer, refusal, bool(contexts), bool(checkable), other_language
+            answer, refusal, bool(contexts), bool(checkable), other_language, textless
         )
         scores: dict[str, Score] = {}
         verdicts: list[StatementVerdict] = []

@@ -15,10 +15,12 @@
 
 Everything sent is redacted first (:mod:`monitor.evaluate.redaction`). A score that cannot be
 computed is unmeasured (``Score(value=None, reason=...)``), never 0 and never NaN:
-``no_contexts``, ``empty_answer``, ``no_question``, ``no_claims`` (the answer states nothing to
-check), or the call's failure: ``judge_timeout``, ``malformed_output``, ``judge_error``,
-``circuit_open``. While the circuit breaker is open, :meth:`LLMJudge.evaluate` returns at once
-with every score unmeasured ``circuit_open`` (a cached verdict is still served).
+``no_contexts``, ``contexts_without_text`` (the trace's retrieved documents carry no text:
+faithfulness and the context scores are not asked for), ``empty_answer``, ``no_question``,
+``no_claims`` (the answer states nothing to check), or the call's failure: ``judge_timeout``,
+``malformed_output``, ``judge_error``, ``circuit_open``. While the circuit breaker is open,
+:meth:`LLMJudge.evaluate` returns at once with every score unmeasured ``circuit_open`` (a cached
+verdict is still served).
 
 Cache: verdicts of a fully successful evaluation are kept (TTL + LRU) under the prompt version,
 the model and the SHA-256 of the redacted, truncated question + contexts + answer. A hit makes no
@@ -37,7 +39,7 @@ import hashlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import structlog
@@ -76,6 +78,7 @@ from monitor.models import (
 )
 
 log = structlog.get_logger(__name__)
+CONTEXT_METRICS = ("faithfulness", "context_precision", "context_relevancy")
 
 METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_relevancy")
 T = TypeVar("T")
@@ -176,7 +179,11 @@ class LLMJudge:
             self.config.max_context_chunks,
             self.config.max_chars_per_chunk,
         )
-        key = cache_key(PROMPT_VERSION, self.config.model, inp.fingerprint())
+        textless = bool(trace.contexts_without_text)
+        if textless:  # judging the documents that have text would misjudge the answer
+            inp = replace(inp, contexts=())
+        fingerprint = inp.fingerprint() + ("\ncontexts_without_text" if textless else "")
+        key = cache_key(PROMPT_VERSION, self.config.model, fingerprint)
         if self.cache.enabled:
             cached = self.cache.get(key)
             self.metrics.cache(cached is not None)
@@ -231,6 +238,9 @@ class LLMJudge:
         if isinstance(rel, CallFailure):
             errors.append(f"relevance call: {rel.reason} ({rel.detail})")
         scores.update(self._relevance_scores(inp, rel))
+        if textless:
+            for metric in CONTEXT_METRICS:
+                scores[metric] = Score.unmeasured("contexts_without_text")
 
         result = self._result(trace, scores, statements, tally.usage(), started, errors)
         if not errors and self.cache.enabled:

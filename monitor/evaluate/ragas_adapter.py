@@ -112,6 +112,7 @@ class RagasInput:
     answer: str
     contexts: tuple[str, ...]
     reference: str
+    contexts_without_text: bool = False
 
     @classmethod
     def build(
@@ -133,6 +134,7 @@ class RagasInput:
                 truncate(redactor.redact(c.text), max_chars).strip() for c in chunks[:max_chunks]
             ),
             reference=redactor.redact(ref or "").strip(),
+            contexts_without_text=bool(trace.contexts_without_text),
         )
 
 
@@ -345,6 +347,8 @@ class RagasEvaluator:
             "reference": "no_reference",
         }
         for need in needs[metric]:
+            if need == "contexts" and inp.contexts_without_text:
+                return "contexts_without_text"
             if not getattr(inp, need):
                 return reasons[need]
         return None

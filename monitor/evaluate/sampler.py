@@ -68,7 +68,8 @@ class Sampler:
 
     def _is_priority(self, trace: Trace, tier0: EvaluationResult) -> bool:
         cfg = self.config
-        if cfg.priority_no_contexts and not trace.contexts:
+        # Documents without text are no retrieval failure, and the judge cannot use them either.
+        if cfg.priority_no_contexts and not trace.contexts and not trace.contexts_without_text:
             return True
         threshold = cfg.priority_feedback_at_or_below
         if (
