@@ -66,6 +66,7 @@ from monitor.evaluate.judge_prompts import (
     turn_prompt,
 )
 from monitor.evaluate.redaction import Redactor
+from monitor.evaluate.token_budget import TokenBudget
 from monitor.models import (
     Constraint,
     ConstraintVerdict,
@@ -104,6 +105,19 @@ class TurnJudgement(BaseModel):
     latency_ms: float | None = None
     errors: list[str] = Field(default_factory=list)
 
+    def charged_to(self, result: EvaluationResult) -> EvaluationResult:
+        """`result` (the same trace's ``llm`` evaluation) with this turn judgement's tokens
+        added, so the result counts every token spent judging its trace."""
+        if self.tokens is None:
+            return result
+        if result.tokens is None:
+            return result.model_copy(update={"tokens": self.tokens})
+        total = Usage(
+            input_tokens=(result.tokens.input_tokens or 0) + (self.tokens.input_tokens or 0),
+            output_tokens=(result.tokens.output_tokens or 0) + (self.tokens.output_tokens or 0),
+        )
+        return result.model_copy(update={"tokens": total})
+
 
 @dataclass(frozen=True)
 class _Cached:
@@ -125,6 +139,7 @@ class LLMJudge:
         config: JudgeConfig,
         metrics: JudgeMetrics | None = None,
         *,
+        budget: TokenBudget | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
@@ -137,7 +152,7 @@ class LLMJudge:
             config.cache_ttl_seconds, config.cache_max_entries, clock=clock
         )
         self._client = JudgeClient(
-            config, self.metrics, self.name, clock=clock, sleep=sleep, rng=rng
+            config, self.metrics, self.name, budget=budget, clock=clock, sleep=sleep, rng=rng
         )
         self._clock = clock
 
@@ -147,7 +162,8 @@ class LLMJudge:
 
     @property
     def circuit_open(self) -> bool:
-        """True while a call now would be refused; False once a recovery probe may go."""
+        """True while a call now would be refused; False once a recovery probe may go (calls
+        made while the probe is out wait for its verdict)."""
         return self._client.circuit.blocked()
 
     async def aclose(self) -> None:
@@ -194,11 +210,8 @@ class LLMJudge:
         faith: list[StatementVerdict] | CallFailure | None
         rel: RelevanceVerdicts | CallFailure | None
         if faith_call is not None and rel_call is not None:
-            if self._client.circuit.state == "closed":
-                faith, rel = await asyncio.gather(faith_call, rel_call)
-            else:  # half-open: the first call is the probe; the second follows its verdict
-                faith = await faith_call
-                rel = await rel_call
+            # Half-open: one is the probe; the other waits for its verdict.
+            faith, rel = await asyncio.gather(faith_call, rel_call)
         else:
             faith = await faith_call if faith_call is not None else None
             rel = await rel_call if rel_call is not None else None
