@@ -27,6 +27,7 @@ from monitor.evaluate.llm import LLMJudge
 from monitor.evaluate.ragas_adapter import RagasEvaluator  # imports ragas only when built
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.sampler import Sampler
+from monitor.evaluate.token_budget import TokenBudget
 from monitor.export.http import HttpServer, Probes, build_app
 from monitor.export.metrics import Metrics
 from monitor.export.results import ResultsPublisher
@@ -197,7 +198,7 @@ class Daemon:
             answer_judge = None
             if golden.judge_answers:
                 answer_judge = await stack.enter_async_context(
-                    open_answer_judge(self.settings.judge, stage.judge_metrics)
+                    open_answer_judge(self.settings.judge, stage.judge_metrics, stage.token_budget)
                 )
             self.golden = GoldenScheduler(
                 golden,
@@ -317,6 +318,7 @@ class ScoringStage:
     store: Store | None
     tracker: ConversationTracker
     judge_metrics: JudgeMetrics | None
+    token_budget: TokenBudget
 
 
 async def build_scoring_stage(
@@ -348,19 +350,20 @@ async def build_scoring_stage(
         metrics.registry, metrics.agent_label, settings.scoring.rolling_window_seconds
     )
     redactor = Redactor(settings.judge.redaction)
+    sampler = Sampler(sampling)  # its token budget is charged by every judge client
     judge: LLMJudge | RagasEvaluator | None = None
     judge_metrics: JudgeMetrics | None = None
     if settings.judge.active:
         judge_metrics = JudgeMetrics(metrics.registry)
         if settings.judge.backend == "ragas":
-            judge = RagasEvaluator(settings.judge, judge_metrics)
+            judge = RagasEvaluator(settings.judge, judge_metrics, budget=sampler.budget)
         else:
-            judge = LLMJudge(settings.judge, judge_metrics)
+            judge = LLMJudge(settings.judge, judge_metrics, budget=sampler.budget)
         stack.push_async_callback(judge.aclose)
     processor = ScoringProcessor(
         tier0=HeuristicEvaluator(must_not_contain=settings.scoring.must_not_contain),
         metrics=scoring_metrics,
-        sampler=Sampler(sampling),
+        sampler=sampler,
         judge=judge,
         judge_concurrency=settings.judge.max_concurrency,
         store=store,
@@ -375,4 +378,4 @@ async def build_scoring_stage(
         judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
     )
     processor.observers.append(tracker.observe)
-    return ScoringStage(processor, store, tracker, judge_metrics)
+    return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget)

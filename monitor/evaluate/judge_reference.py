@@ -33,6 +33,7 @@ from monitor.evaluate.judge_prompts import (
     PromptLanguage,
     compose_prompt,
     dump_data,
+    expected_statements,
     norm_label,
     validate_reply,
 )
@@ -144,12 +145,17 @@ class ReferenceInput:
 
 
 def reference_prompt(inp: ReferenceInput) -> Prompt:
+    items = {
+        "answer_statements": expected_statements(inp.answer),
+        "reference_sentences": len(inp.reference_sentences),
+    }
     return compose_prompt(
         "ragmon_reference",
         inp.language,
         (_EN_REFERENCE, _JA_REFERENCE),
         REFERENCE_SCHEMA,
         inp.data(),
+        items,
     )
 
 

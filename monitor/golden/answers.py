@@ -152,6 +152,9 @@ class JudgeScores:
     reason: str | None = None
     unmeasured: Mapping[str, str] = field(default_factory=dict)
     """Why a measure is ``None`` (``judge_timeout``, ``malformed_output``, ...), by name."""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    """Tokens the judge's responses reported for this answer (every call); None: none did."""
 
 
 @runtime_checkable

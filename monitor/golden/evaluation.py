@@ -178,6 +178,8 @@ def score_generation_case(case: GenerationCase, observation: Observation) -> Que
         expected_language=wanted,
         no_context=case.no_context,
         judge_reason=judge_reason,
+        judge_input_tokens=observation.judge.input_tokens if observation.judge else None,
+        judge_output_tokens=observation.judge.output_tokens if observation.judge else None,
         unmeasured=unmeasured,
     )
 

@@ -45,6 +45,8 @@ class QueryResult(_Result):
     expected_language: str | None = None
     no_context: bool | None = None
     judge_reason: str | None = None
+    judge_input_tokens: int | None = None
+    judge_output_tokens: int | None = None
     unmeasured: dict[str, str] = Field(
         default_factory=dict, description="measure -> why it is None for this query"
     )
