@@ -111,6 +111,9 @@ def test_ctrl_c_in_a_terminal_stops_everything_and_exits_0(demo: Terminal, tmp_p
     demo.wait_for_text("so consumer lag reads low", timeout=10)
     metrics_url = _banner_value(demo.output, "metrics")
     assert _banner_value(demo.output, "review").startswith("http://127.0.0.1:")
+    assert "bind the HTTP server to a private address" not in demo.output, (
+        "the demo binds loopback only, so it has nothing to warn about"
+    )
     rag_service = _banner_value(output, "rag_service")
     with urllib.request.urlopen(rag_service, timeout=5) as response:
         assert response.status == 200, "the printed RAG-service URL answers"
