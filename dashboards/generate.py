@@ -32,7 +32,7 @@ DS: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
 TAGS = ["rag-monitor"]
 SCHEMA_VERSION = 39
 
-# Seed 001's thresholds (the chart's alert defaults) drawn as lines on the score panels.
+# The chart's alert thresholds (docs/metrics.md) drawn as lines on the score panels.
 THRESHOLDS = {
     "faithfulness": 0.8,
     "answer_relevancy": 0.7,
@@ -46,7 +46,7 @@ METRIC_TITLES = {
     "context_utilization": "Context utilization",
 }
 GOLDEN_METRICS = {
-    # metric label -> (title, seed 000 target drawn when the suite exports none)
+    # metric label -> (title, default target drawn when the suite exports none)
     "mrr": ("MRR", 0.70),
     "recall_5": ("Recall@5", 0.80),
     "ndcg_5": ("NDCG@5", 0.70),
@@ -1324,7 +1324,7 @@ def golden() -> dict[str, Any]:
         ),
     ]
     panels.append(row("Metrics per suite and mode against their targets"))
-    for metric, (title, seed_target) in GOLDEN_METRICS.items():
+    for metric, (title, default_target) in GOLDEN_METRICS.items():
         metric_matcher = f'metric="{metric}"'
         queries = [
             target(
@@ -1333,7 +1333,7 @@ def golden() -> dict[str, Any]:
                 "{{suite}} {{mode}}",
             )
         ]
-        if seed_target is not None:  # a target line only where the seed sets one
+        if default_target is not None:  # a target line only where a default exists
             queries.append(
                 target(
                     f"max by (suite) (ragmon_golden_target_ratio{sel(suite, metric_matcher)})",
@@ -1371,7 +1371,7 @@ def golden() -> dict[str, Any]:
             width=8,
             description="Generation suites scored by the judge: against the reference answer, "
             "answer correctness (0.75 statement F1 + 0.25 semantic similarity), semantic "
-            "similarity and context recall; without one, seed 001's faithfulness (target 0.8), "
+            "similarity and context recall; without one, faithfulness (target 0.8), "
             "answer relevancy (0.7) and context relevancy (0.6). Empty when no judge is "
             "configured (the measures are unmeasured, never 0).",
         )
@@ -1390,7 +1390,7 @@ def golden() -> dict[str, Any]:
             threshold=0.3,
             low_is_bad=False,
             width=8,
-            description="Seed 000's targets: P50 <= 200 ms, P95 <= 300 ms (line).",
+            description="Default targets: P50 <= 200 ms, P95 <= 300 ms (line).",
         ),
         timeseries(
             "Run duration",

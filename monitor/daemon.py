@@ -150,6 +150,7 @@ class Daemon:
                 token.get_secret_value() if token is not None else None,
                 redactor=review_redactor(self.settings),
                 trace_url_template=self.settings.http.trace_url_template,
+                bound_host=self.settings.http.host,
             )
             self.http = HttpServer(app, self.settings.http.host, self.settings.http.port)
             await self.http.start()
@@ -158,7 +159,7 @@ class Daemon:
             if self.source_spec.kind == "file":
                 self.processor = await self._processor(stack, producer_kwargs=None)
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
-                ingest = self._ingest(dead_letters, tracer)
+                ingest = self._ingest(dead_letters, tracer, text_lines=True)
                 return await self._run_file(ingest)
             kafka_kwargs = producer_kwargs(self.settings.kafka)
             self.processor = await self._processor(stack, producer_kwargs=kafka_kwargs)
@@ -222,7 +223,9 @@ class Daemon:
         if self.conversations is not None:
             await self.conversations.expire()
 
-    def _ingest(self, dead_letters: DeadLetterSink, tracer: Tracer | None) -> Ingest:
+    def _ingest(
+        self, dead_letters: DeadLetterSink, tracer: Tracer | None, text_lines: bool = False
+    ) -> Ingest:
         kafka = self.settings.kafka
         self._active_ingest = Ingest(
             input_format=kafka.format,
@@ -235,6 +238,7 @@ class Daemon:
             max_in_flight=kafka.max_in_flight,
             assembly_window_seconds=kafka.otlp_assembly_window_seconds,
             max_pending_traces=kafka.otlp_max_pending_traces,
+            text_lines=text_lines,
         )
         return self._active_ingest
 
@@ -274,7 +278,9 @@ class Daemon:
         self.started.set()
         self.metrics.ready.set(1)
         try:
-            async for batch in read_lines(self.source_spec.path):
+            async for batch in read_lines(
+                self.source_spec.path, self.settings.kafka.max_message_bytes, stop=self._stop
+            ):
                 self._heartbeat = time.monotonic()
                 if self._stop.is_set():
                     break

@@ -281,3 +281,30 @@ def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
         [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_demo_rules_are_the_charts_rules_with_short_windows() -> None:
+    """monitor/demo/prometheus_rules.yaml is generated from the same template (rules/render.py),
+    valid for promtool, and differs from the production rules only in durations, minimum
+    counts and labels -- never in thresholds or which rules exist."""
+    render = _render_module()
+    demo_file = ROOT / "monitor" / "demo" / "prometheus_rules.yaml"
+    assert demo_file.read_text(encoding="utf-8") == render.render_demo(), (
+        "monitor/demo/prometheus_rules.yaml is stale: run python rules/render.py"
+    )
+    result = subprocess.run(
+        [promtool(), "check", "rules", str(demo_file)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    demo = {r.get("alert") or r["record"]: r for g in groups(demo_file) for r in g["rules"]}
+    production = {r.get("alert") or r["record"]: r for r in recording_rules() + alert_rules()}
+    assert demo.keys() == production.keys()
+    # Windows, offsets, minimum counts and golden.maxAgeSeconds may differ; thresholds may not.
+    windows = re.compile(
+        r"\[\d+[smhd](?::[^\]]*)?\]|offset \d+[smhd]|>= \d+|(?<=> )\d{3,}(?![.\d])"
+    )
+    for name, rule in production.items():
+        assert windows.sub("", demo[name]["expr"]) == windows.sub("", rule["expr"]), name
+    hallucination = demo["RagmonHallucinationRateHigh"]
+    assert hallucination["for"] == "1m" and "[1h]" not in hallucination["expr"]
+    assert hallucination["labels"]["rendering"] == "demo"

@@ -46,7 +46,11 @@ class RedactionConfig(_Section):
 class JudgeConfig(_Section):
     """An OpenAI-compatible chat endpoint (OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp)."""
 
-    enabled: bool = False
+    enabled: bool = Field(
+        default=False,
+        description="run the judge; true by itself uses the client's default endpoint "
+        "(OpenAI); setting base_url turns it on too (and then reads true)",
+    )
     backend: Literal["llm", "ragas"] = Field(
         default="llm",
         description="llm: rag-monitor's own prompts (at most 2 calls); ragas: ragas's prompts "
@@ -123,6 +127,10 @@ class JudgeConfig(_Section):
             raise ValueError(
                 "azure_api_version needs base_url (the Azure OpenAI resource endpoint)"
             )
+        if self.base_url is not None:
+            # Setting an endpoint turns the judge on: say so in the effective configuration
+            # (check-config), instead of showing enabled: false for a judge that runs.
+            self.enabled = True
         return self
 
     @property

@@ -4,12 +4,12 @@ Call budget per judged trace: at most two chat calls, run concurrently.
 
 1. ``ragmon_faithfulness``: the answer is broken into atomic statements and each gets a verdict
    (supported by the numbered contexts or not, with the best evidence context and a reason).
-   faithfulness = supported statements / all statements (ragas's definition, seed 002).
+   faithfulness = supported statements / all statements (ragas's definition).
 2. ``ragmon_relevance``: the question's aspects and whether the answer addresses each (answer
    relevancy = addressed / all, 0 for a non-committal answer, as ragas scores it), and per
    context whether it was useful in arriving at the answer (context precision = rank-weighted
    average precision of those verdicts) and which of its numbered sentences are needed to answer
-   the question (context relevancy = needed sentences / all sentences, seed 002's definition).
+   the question (context relevancy = needed sentences / all sentences; docs/metrics.md).
 
 A third call type, ``ragmon_turn``, judges one turn of a conversation (constraints, newly stated
 or withdrawn user constraints, outcome scores 0-10); it is made only when asked.

@@ -6,7 +6,7 @@ Two implementations of :class:`~monitor.golden.answers.AnswerJudge`, chosen by
 - against the case's ``reference`` (unmeasured ``no_reference`` without one): answer
   correctness (0.75 statement F1 + 0.25 semantic similarity), semantic similarity, context
   recall;
-- reference-free, seed 001's golden-set measures: faithfulness, answer relevancy, context
+- reference-free golden-set measures: faithfulness, answer relevancy, context
   relevancy.
 
 :class:`LLMAnswerJudge` (``llm``): one ``ragmon_reference`` chat call (statement verdicts

@@ -111,7 +111,7 @@ class ModeResult(_Result):
 
 
 class Comparison(_Result):
-    """Paired comparison of ``candidate`` against ``baseline`` on one measure (seed 5.4)."""
+    """Paired comparison of ``candidate`` against ``baseline`` on one measure."""
 
     metric: str
     baseline: str
@@ -134,7 +134,7 @@ class Comparison(_Result):
 
 
 class Recommendation(_Result):
-    """A tuning suggestion (seed 000 section 8.1, and the checks rag-monitor adds)."""
+    """A tuning suggestion (the tuning table of docs/metrics.md, and further checks)."""
 
     metric: str
     problem: str
@@ -142,7 +142,7 @@ class Recommendation(_Result):
     actions: list[str]
     modes: list[str] = Field(default_factory=list)
     detail: str | None = None
-    source: str = "seed 000 §8.1"
+    source: str = "tuning table"
 
 
 class RunResult(_Result):

@@ -63,8 +63,13 @@ class Ingest:
         max_in_flight: int,
         assembly_window_seconds: float,
         max_pending_traces: int,
+        text_lines: bool = False,
     ) -> None:
+        """`text_lines`: messages are lines of a text file (the file source), so with the `auto`
+        format bytes that are not JSON are a native decoding error (invalid_utf8, invalid_json),
+        never OTLP protobuf."""
         self._format = input_format
+        self._text_lines = text_lines
         self._max_bytes = max_message_bytes
         self._processor = processor
         self._dead_letters = dead_letters
@@ -105,11 +110,13 @@ class Ingest:
 
     async def _decode(self, msg: RawMessage) -> _Work | None:
         """A native trace ready to process; None when the message was rejected or assembles."""
-        if msg.value is not None and len(msg.value) > self._max_bytes:
-            error = DecodeError("too_large", f"{len(msg.value)} bytes, limit {self._max_bytes}")
+        if msg.value is not None and msg.value_size > self._max_bytes:
+            error = DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
             await self._reject(msg, error)
             return None
         fmt = self._format if self._format != "auto" else detect_format(msg.value or b"")
+        if fmt == "otlp_proto" and self._text_lines and self._format == "auto":
+            fmt = "native"  # a line of text is never protobuf: let the decoder name the fault
         if fmt != "native":
             await self._add_otlp(msg, fmt)
             return None
