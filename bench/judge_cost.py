@@ -33,6 +33,16 @@ faithfulness, answer relevancy and (LLM judge only; ragas 0.4 has none, counted 
 context relevancy, per golden case. No target is set for these; the figures say what a
 scheduled generation suite costs per case.
 Needs the ``ragas`` extra (``pip install 'rag-monitor[ragas]'``) and the test support code.
+
+``--server llama-server`` or ``--server llama_cpp.server`` measures the LLM judge against a
+real model server instead (``scripts/setup-llama.sh`` builds both; Gemma 3 270M, one CPU
+thread, started on a free loopback port), with ``max_tokens`` on: per judged trace, the chat
+calls (refused ones included), prompt and completion tokens as the server reported them, the
+seconds the evaluation took, and how many replies were cut at the bound. ``--max-tokens N``
+sets ``judge.max_tokens`` (default: the judge's per-task bound sized from the schema);
+``--traces N`` judges the first N/2 English and N/2 Japanese traces (default 4). The tiny model
+repeats itself until the bound, so its figures are an upper bound on the time a judged trace
+takes at that bound on this machine, not a quality figure.
 """
 
 from __future__ import annotations
@@ -477,8 +487,96 @@ def print_table(rows: dict[str, Any], reference: bool = False) -> dict[str, Any]
     }
 
 
+async def run_server(kind: str, max_tokens: int | None, n_traces: int) -> dict[str, Any]:
+    import tempfile
+    import time
+
+    from tests.support.llama_servers import MODEL_ALIAS, ModelServer, RecordingProxy, installed
+
+    found = installed()
+    if found is None:
+        raise SystemExit("bench: no model servers; run scripts/setup-llama.sh first")
+    all_traces = build_traces()
+    half = max(1, n_traces // 2)
+    chosen = [t for t in all_traces if t.language == "en"][:half]
+    chosen += [t for t in all_traces if t.language == "ja"][: n_traces - len(chosen)]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as logs:
+        server = ModelServer(kind, found, context=8192)  # type: ignore[arg-type]
+        with server.start(Path(logs)), RecordingProxy(server.url) as proxy:
+            config = JudgeConfig(
+                base_url=proxy.url,
+                model=MODEL_ALIAS,
+                max_tokens=max_tokens,
+                timeout_seconds=600.0,
+                max_retries=0,
+                cache_ttl_seconds=0,
+            )
+            judge = LLMJudge(config, JudgeMetrics(CollectorRegistry()))
+            try:
+                for t in chosen:
+                    proxy.exchanges.clear()
+                    started = time.monotonic()
+                    result = await judge.evaluate(t)
+                    seconds = time.monotonic() - started
+                    chat = proxy.chat()
+                    rows.append(
+                        {
+                            "trace": t.trace_id,
+                            "calls": len(chat),
+                            "refused": sum(1 for e in chat if e.status != 200),
+                            "prompt_tokens": sum(e.usage("prompt_tokens") for e in chat),
+                            "completion_tokens": sum(e.usage("completion_tokens") for e in chat),
+                            "bounds": sorted({e.max_tokens or 0 for e in chat}),
+                            "cut_at_bound": sum(1 for e in chat if e.finish_reason == "length"),
+                            "seconds": seconds,
+                            "measured": sum(1 for sc in result.scores.values() if sc.measured),
+                            "unmeasured": sorted(
+                                {
+                                    sc.reason or ""
+                                    for sc in result.scores.values()
+                                    if not sc.measured
+                                }
+                            ),
+                        }
+                    )
+            finally:
+                await judge.aclose()
+    bound = f"max_tokens {max_tokens}" if max_tokens else "max_tokens per task (schema-sized)"
+    print(f"per judged trace against {kind} (Gemma 3 270M, 1 thread), {bound}")
+    header = (
+        f"{'trace':<7} {'calls':>5} {'refused':>7} {'prompt':>7} {'compl.':>7} {'cut':>4} "
+        f"{'seconds':>8} {'measured':>8}  bounds / unmeasured"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['trace']:<7} {r['calls']:>5} {r['refused']:>7} {r['prompt_tokens']:>7} "
+            f"{r['completion_tokens']:>7} {r['cut_at_bound']:>4} {r['seconds']:>8.1f} "
+            f"{r['measured']:>8}  {r['bounds']} {r['unmeasured']}"
+        )
+    summary = {
+        key: statistics.fmean(r[key] for r in rows)
+        for key in ("calls", "refused", "prompt_tokens", "completion_tokens", "seconds")
+    }
+    print(
+        f"mean: {summary['calls']:.2f} calls ({summary['refused']:.2f} refused), "
+        f"{summary['prompt_tokens']:.0f} prompt + {summary['completion_tokens']:.0f} completion "
+        f"tokens, {summary['seconds']:.1f} s per judged trace"
+    )
+    return {"server": kind, "max_tokens": max_tokens, "rows": rows, "mean": summary}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--server",
+        choices=("llama-server", "llama_cpp.server"),
+        help="measure the LLM judge against this real model server instead",
+    )
+    parser.add_argument("--max-tokens", type=int, help="judge.max_tokens for --server")
+    parser.add_argument("--traces", type=int, default=4, help="traces judged with --server")
     parser.add_argument(
         "--strictness", type=int, default=3, help="ragas AnswerRelevancy questions (default 3)"
     )
@@ -487,7 +585,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    if args.reference:
+    if args.server:
+        report = asyncio.run(run_server(args.server, args.max_tokens, args.traces))
+    elif args.reference:
         report = print_table(summarise(asyncio.run(run_reference())), reference=True)
     else:
         report = print_table(summarise(asyncio.run(run(args.strictness))))

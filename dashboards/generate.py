@@ -32,7 +32,7 @@ DS: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
 TAGS = ["rag-monitor"]
 SCHEMA_VERSION = 39
 
-# Seed 001's thresholds (the chart's alert defaults) drawn as lines on the score panels.
+# The chart's alert thresholds (docs/metrics.md) drawn as lines on the score panels.
 THRESHOLDS = {
     "faithfulness": 0.8,
     "answer_relevancy": 0.7,
@@ -46,7 +46,7 @@ METRIC_TITLES = {
     "context_utilization": "Context utilization",
 }
 GOLDEN_METRICS = {
-    # metric label -> (title, seed 000 target drawn when the suite exports none)
+    # metric label -> (title, default target drawn when the suite exports none)
     "mrr": ("MRR", 0.70),
     "recall_5": ("Recall@5", 0.80),
     "ndcg_5": ("NDCG@5", 0.70),
@@ -58,12 +58,30 @@ GOLDEN_METRICS = {
 }
 
 AGENT = 'agent=~"$agent"'
+# Measures that only the LLM judge produces: tier 0 emits none, so their panels are empty
+# without a judge and say so instead of showing a bare "No data".
+JUDGE_ONLY_METRICS = frozenset({"context_relevancy"})
+JUDGE_ONLY_VALUE = "No data: only the LLM judge scores this (tier 0 does not)"
+JUDGE_ONLY_NOTE = (
+    " Only the LLM judge produces this measure; tier 0 does not, so without a judge the "
+    "panel is empty by design."
+)
+# Tier 0's headline (it ranks answers better than its faithfulness ratio, see the README) and
+# the chart's default for RagmonTier0SupportDrop's minimum drop.
+TIER0_SUPPORT = ['metric="support"', 'evaluator="heuristic"']
+TIER0_MIN_DROP = 0.1
 EVALUATOR = 'evaluator=~"$evaluator"'
 
 # The store read through Grafana's PostgreSQL data source (docs/review.md, "Grafana: a table panel
 # over the store"): the worst recent answers, next to the metrics that raised the alert.
 STORE_DS: dict[str, str] = {"type": "grafana-postgresql-datasource", "uid": "${store}"}
-REVIEW_METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_relevancy")
+REVIEW_METRICS = (
+    "faithfulness",
+    "support",  # tier 0's headline: ranks answers better than its faithfulness ratio
+    "answer_relevancy",
+    "context_precision",
+    "context_relevancy",
+)
 # The agents the store holds within the time range. A variable of its own rather than `$agent`:
 # that one's All value is the custom regex `.*`, which Grafana inserts unformatted (so
 # `${agent:sqlstring}` would read `IN (.*)`), and its regex format does not escape SQL quotes.
@@ -199,6 +217,7 @@ def timeseries(
     stack: bool = False,
     links: list[dict[str, Any]] | None = None,
     dashed: str | None = None,
+    no_value: str | None = None,
     width: int = 12,
     height: int = 8,
 ) -> dict[str, Any]:
@@ -221,6 +240,8 @@ def timeseries(
         defaults["min"] = minimum
     if maximum is not None:
         defaults["max"] = maximum
+    if no_value is not None:
+        defaults["noValue"] = no_value  # say why the panel is empty instead of "No data"
     overrides = []
     if dashed:
         overrides.append(
@@ -685,6 +706,8 @@ def quality_overview() -> dict[str, Any]:
         ),
     ]
 
+    panels += tier0_grounding_panels()
+
     panels.append(row("Means by agent (histogram sum / count, exact across replicas)"))
     for metric in (
         "faithfulness",
@@ -717,7 +740,9 @@ def quality_overview() -> dict[str, Any]:
                     )
                 ],
                 description=f"Mean {metric} over $window: sum of scores / count of scores, "
-                "summed over replicas first. The line is the alert threshold.",
+                "summed over replicas first. The line is the alert threshold."
+                + (JUDGE_ONLY_NOTE if metric in JUDGE_ONLY_METRICS else ""),
+                no_value=JUDGE_ONLY_VALUE if metric in JUDGE_ONLY_METRICS else None,
             )
         )
 
@@ -814,7 +839,9 @@ def quality_overview() -> dict[str, Any]:
             ],
             unit="percentunit",
             description="How far the cheap estimate is from the judge; a widening gap means "
-            "tier 0 no longer tracks quality for this agent.",
+            "tier 0 no longer tracks quality for this agent. Needs the LLM judge: without one "
+            "this panel is empty by design.",
+            no_value="No data: needs the LLM judge's faithfulness",
         ),
     ]
 
@@ -898,6 +925,8 @@ def quality_overview() -> dict[str, Any]:
         ),
     ]
 
+    panels += _unmeasurable_input_panels()
+
     panels.append(row("Worst answers ($metric, from the store)"))
     panels.append(
         store_table(
@@ -928,6 +957,105 @@ def quality_overview() -> dict[str, Any]:
         panels,
         review_query="since=1h&metric=faithfulness&worst=20",
     )
+
+
+def _unmeasurable_input_panels() -> list[dict[str, Any]]:
+    """What the input does not let rag-monitor measure: retrieved documents without their text
+    (faithfulness unmeasured, `contexts_without_text`) and OTLP traces that are no RAG turn."""
+    flagged = rate(
+        "ragmon_evaluation_flags_total",
+        "agent",
+        ['reason="contexts_without_text"', AGENT],
+        "$window",
+    )
+    # the whole: tier-0 evaluations (every trace gets exactly one)
+    evaluated = rate(
+        "ragmon_evaluations_total", "agent", ['evaluator="heuristic"', AGENT], "$window"
+    )
+    textless = f"{flagged}\n/\n{evaluated}"
+    not_rag = rate("ragmon_traces_skipped_total", "", ['reason="otlp_not_rag"'], "$window")
+    scored = rate("ragmon_traces_decoded_total", "", ['format="otlp"'], "$window")
+    return [
+        row("What the input does not let us measure"),
+        timeseries(
+            "Traces whose retrieved documents carry no text (share by agent)",
+            [target(textless, "{{agent}}")],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            width=12,
+            description="Tier-0 evaluations flagged contexts_without_text / all tier-0 "
+            "evaluations. The instrumentation records retrieved documents without their text "
+            "(ids and scores only, or content capture off), so faithfulness and the context "
+            "metrics are unmeasured for these traces: turn content capture on (README, Feed "
+            "it from your app).",
+        ),
+        timeseries(
+            "OTLP traces that are no RAG turn (share)",
+            [target(f"{not_rag}\n/\n({not_rag}\n+\n{scored})", "not RAG")],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            width=12,
+            description="OTLP traces skipped as otlp_not_rag (no LLM call or retrieval, or a "
+            "plain LLM call: no retrieval, and no pipeline span or no conversation) / all OTLP "
+            "traces assembled.",
+        ),
+    ]
+
+
+def tier0_grounding_panels() -> list[dict[str, Any]]:
+    """Tier 0's headline, support, per agent against its own 7-day mean: what
+    RagmonTier0SupportDrop pages on, with or without a judge."""
+    hour = mean("ragmon_evaluation_score_ratio", "agent", [*TIER0_SUPPORT, AGENT], "1h")
+    week = mean("ragmon_evaluation_score_ratio", "agent", [*TIER0_SUPPORT, AGENT], "7d")
+    worst = review_link(
+        "Worst answers of ${__field.labels.agent} by support",
+        "agent=${__field.labels.agent}&metric=support&since=1h&worst=20",
+    )
+    return [
+        row("Tier-0 support: the headline without a judge (every trace)"),
+        stat(
+            "Tier-0 support (mean, $window)",
+            mean("ragmon_evaluation_score_ratio", "", [*TIER0_SUPPORT, AGENT], "$window"),
+            unit="percentunit",
+            decimals=3,
+            description="Mean of tier 0's support, its estimate that an answer is grounded in "
+            "its contexts (every trace, no judge needed). It ranks answers better than tier "
+            "0's faithfulness ratio; its level depends on the agent's traffic, so watch it "
+            "against the agent's own baseline (next panels).",
+            width=4,
+            height=8,
+        ),
+        timeseries(
+            "Tier-0 support by agent: last hour against its 7-day mean",
+            [
+                target(hour, "{{agent}} last hour", exemplar=True),
+                target(week, "{{agent}} 7-day mean", exemplar=True),
+            ],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            dashed="7-day mean",
+            links=[worst],
+            description="Mean support over the last hour (solid) and over the last 7 days "
+            "(dashed), summed over replicas first. RagmonTier0SupportDrop fires when the hour "
+            "falls below the 7 days before it by more than the agent's normal hour-to-hour "
+            "movement (at least 0.1), with enough scores in both.",
+            width=10,
+        ),
+        timeseries(
+            "Tier-0 support drop against the 7-day mean",
+            [target(f"({week})\n-\n({hour})", "{{agent}}", exemplar=True)],
+            unit="percentunit",
+            threshold=TIER0_MIN_DROP,
+            low_is_bad=False,
+            links=[worst],
+            description="7-day mean minus last-hour mean per agent; above the line (the "
+            "alert's minimum drop) answers are less grounded than the agent's own normal.",
+            width=10,
+        ),
+    ]
 
 
 def _unmeasured_share(by: str) -> str:
@@ -1087,6 +1215,10 @@ def conversations() -> dict[str, Any]:
             minimum=0,
             maximum=10,
             width=8,
+            description="Relevance, answer quality, instruction following and coherence of "
+            "judged turns. Only the LLM judge's turn check produces them: without a judge "
+            "(judge.base_url unset) this panel stays empty by design.",
+            no_value="No data: outcome scores come from the LLM judge only",
         ),
     ]
     panels.append(row("Constraints and conversation state"))
@@ -1192,7 +1324,7 @@ def golden() -> dict[str, Any]:
         ),
     ]
     panels.append(row("Metrics per suite and mode against their targets"))
-    for metric, (title, seed_target) in GOLDEN_METRICS.items():
+    for metric, (title, default_target) in GOLDEN_METRICS.items():
         metric_matcher = f'metric="{metric}"'
         queries = [
             target(
@@ -1201,7 +1333,7 @@ def golden() -> dict[str, Any]:
                 "{{suite}} {{mode}}",
             )
         ]
-        if seed_target is not None:  # a target line only where the seed sets one
+        if default_target is not None:  # a target line only where a default exists
             queries.append(
                 target(
                     f"max by (suite) (ragmon_golden_target_ratio{sel(suite, metric_matcher)})",
@@ -1239,7 +1371,7 @@ def golden() -> dict[str, Any]:
             width=8,
             description="Generation suites scored by the judge: against the reference answer, "
             "answer correctness (0.75 statement F1 + 0.25 semantic similarity), semantic "
-            "similarity and context recall; without one, seed 001's faithfulness (target 0.8), "
+            "similarity and context recall; without one, faithfulness (target 0.8), "
             "answer relevancy (0.7) and context relevancy (0.6). Empty when no judge is "
             "configured (the measures are unmeasured, never 0).",
         )
@@ -1258,7 +1390,7 @@ def golden() -> dict[str, Any]:
             threshold=0.3,
             low_is_bad=False,
             width=8,
-            description="Seed 000's targets: P50 <= 200 ms, P95 <= 300 ms (line).",
+            description="Default targets: P50 <= 200 ms, P95 <= 300 ms (line).",
         ),
         timeseries(
             "Run duration",

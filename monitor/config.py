@@ -41,15 +41,53 @@ InputFormat = Literal["native", "otlp_json", "otlp_proto", "auto"]
 
 
 class ConfigError(Exception):
-    """The configuration is invalid; `problems` pairs each bad field's dotted path with why."""
+    """The configuration is invalid; `problems` pairs each bad field's dotted path with why.
+
+    Each problem line ends with where the value came from: the environment variable when one is
+    set for the field, else the file given with --config; lines about the file itself (field
+    `--config`) or the environment as a whole carry no such hint.
+    """
 
     def __init__(self, problems: list[tuple[str, str]], source: str | None = None) -> None:
         self.problems = problems
         self.source = source
         where = f" in {source}" if source else ""
         lines = [f"invalid configuration{where}:"]
-        lines += [f"  {field}: {why} (env {env_name(field)})" for field, why in problems]
+        for field, why in problems:
+            origin = _origin(field, source)
+            lines.append(f"  {field}: {why}" + (f" ({origin})" if origin else ""))
         super().__init__("\n".join(lines))
+
+
+def _origin(field: str, source: str | None) -> str | None:
+    """Where a bad field's value was set, for the error line (None: nothing useful to say)."""
+    if not field or not field[0].isalpha():  # "--config", "(environment)", "(root)"
+        return None
+    name = env_name(field)
+    if name in os.environ:
+        return f"env {name}"
+    nested = sorted(k for k in os.environ if k.startswith(name + ENV_NESTED_DELIMITER))
+    if nested:
+        return f"env {nested[0]}" + (" ..." if len(nested) > 1 else "")
+    section = _is_section(field)
+    if source is not None:
+        return f"set in {source}" if section else f"set in {source}; env {name} overrides it"
+    return f"{name}__... variables" if section else f"env {name}"
+
+
+def _is_section(dotted_field: str) -> bool:
+    """Whether a dotted path names a whole section (`kafka`, `judge.redaction`), not a value."""
+    model: Any = None
+    annotation: Any = Settings
+    for part in dotted_field.split("."):
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return False
+        model = annotation
+        field = model.model_fields.get(part)
+        if field is None:
+            return False
+        annotation = field.annotation
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 def env_name(dotted_field: str) -> str:

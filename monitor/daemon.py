@@ -27,6 +27,7 @@ from monitor.evaluate.llm import LLMJudge
 from monitor.evaluate.ragas_adapter import RagasEvaluator  # imports ragas only when built
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.sampler import Sampler
+from monitor.evaluate.token_budget import TokenBudget
 from monitor.export.http import HttpServer, Probes, build_app
 from monitor.export.metrics import Metrics
 from monitor.export.results import ResultsPublisher
@@ -168,6 +169,7 @@ class Daemon:
                 token.get_secret_value() if token is not None else None,
                 redactor=review_redactor(self.settings),
                 trace_url_template=self.settings.http.trace_url_template,
+                bound_host=self.settings.http.host,
             )
             self.http = HttpServer(app, self.settings.http.host, self.settings.http.port)
             await self.http.start()
@@ -176,7 +178,7 @@ class Daemon:
             if self.source_spec.kind == "file":
                 self.processor = await self._processor(stack, producer_kwargs=None)
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
-                ingest = self._ingest(dead_letters, tracer)
+                ingest = self._ingest(dead_letters, tracer, text_lines=True)
                 if self.settings.kafka.otlp_stage_enabled:
                     ingest.attach_otlp(self._local_otlp(ingest, dead_letters))
                 return await self._run_file(ingest)
@@ -288,7 +290,7 @@ class Daemon:
             answer_judge = None
             if golden.judge_answers:
                 answer_judge = await stack.enter_async_context(
-                    open_answer_judge(self.settings.judge, stage.judge_metrics)
+                    open_answer_judge(self.settings.judge, stage.judge_metrics, stage.token_budget)
                 )
             self.golden = GoldenScheduler(
                 golden,
@@ -322,7 +324,9 @@ class Daemon:
         if self.conversations is not None:
             await self.conversations.expire()
 
-    def _ingest(self, dead_letters: DeadLetterSink, tracer: Tracer | None) -> Ingest:
+    def _ingest(
+        self, dead_letters: DeadLetterSink, tracer: Tracer | None, text_lines: bool = False
+    ) -> Ingest:
         kafka = self.settings.kafka
         self._active_ingest = Ingest(
             input_format=kafka.format,
@@ -334,6 +338,7 @@ class Daemon:
             tracer=tracer,
             max_in_flight=kafka.max_in_flight,
             assembled_topics=frozenset({kafka.effective_traces_topic}),
+            text_lines=text_lines,
         )
         return self._active_ingest
 
@@ -392,7 +397,9 @@ class Daemon:
         self.started.set()
         self.metrics.ready.set(1)
         try:
-            async for batch in read_lines(self.source_spec.path):
+            async for batch in read_lines(
+                self.source_spec.path, self.settings.kafka.max_message_bytes, stop=self._stop
+            ):
                 self._heartbeats["scoring"] = time.monotonic()
                 if self._stop.is_set():
                     break
@@ -430,6 +437,7 @@ class ScoringStage:
     store: Store | None
     tracker: ConversationTracker
     judge_metrics: JudgeMetrics | None
+    token_budget: TokenBudget
 
 
 async def build_scoring_stage(
@@ -461,14 +469,15 @@ async def build_scoring_stage(
         metrics.registry, metrics.agent_label, settings.scoring.rolling_window_seconds
     )
     redactor = Redactor(settings.judge.redaction)
+    sampler = Sampler(sampling)  # its token budget is charged by every judge client
     judge: LLMJudge | RagasEvaluator | None = None
     judge_metrics: JudgeMetrics | None = None
     if settings.judge.active:
         judge_metrics = JudgeMetrics(metrics.registry)
         if settings.judge.backend == "ragas":
-            judge = RagasEvaluator(settings.judge, judge_metrics)
+            judge = RagasEvaluator(settings.judge, judge_metrics, budget=sampler.budget)
         else:
-            judge = LLMJudge(settings.judge, judge_metrics)
+            judge = LLMJudge(settings.judge, judge_metrics, budget=sampler.budget)
         stack.push_async_callback(judge.aclose)
     tracker = ConversationTracker(
         settings.conversations,
@@ -479,7 +488,7 @@ async def build_scoring_stage(
     processor = ScoringProcessor(
         tier0=HeuristicEvaluator(must_not_contain=settings.scoring.must_not_contain),
         metrics=scoring_metrics,
-        sampler=Sampler(sampling),
+        sampler=sampler,
         judge=judge,
         judge_concurrency=settings.judge.max_concurrency,
         store=store,
@@ -489,4 +498,4 @@ async def build_scoring_stage(
         conversations=tracker,
         on_skip=lambda reason: metrics.traces_skipped.labels(reason).inc(),
     )
-    return ScoringStage(processor, store, tracker, judge_metrics)
+    return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget)

@@ -63,6 +63,10 @@ class Trace(_Strict):
     turn: int | None = Field(default=None, ge=1, le=INT32_MAX)
     query: str
     contexts: list[Context]
+    # Retrieved documents the trace knows of but whose text it does not carry (an OTLP
+    # retrieval span that records ids and scores only, or no documents at all). Faithfulness
+    # and the context metrics are then unmeasured (`contexts_without_text`), never guessed.
+    contexts_without_text: int | None = Field(default=None, ge=0, le=INT32_MAX)
     answer: str
     reference: str | None = None
     constraints: list[Constraint] | None = None

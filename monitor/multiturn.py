@@ -1,4 +1,4 @@
-"""Formulas of multi-turn evaluation (seed 003), pure and without I/O.
+"""Formulas of multi-turn evaluation (docs/metrics.md#conversations), pure and without I/O.
 
 H_t = U_t / max(1, S_t + U_t); H_u = mean H_t; D_t = (V_t + O_t) / max(1, |K_t|);
 D_r = mean D_t over t >= 2; M = mean M_t; M_T = memory at the final turn.

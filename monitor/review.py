@@ -20,19 +20,21 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import json
 import re
 import sys
 import textwrap
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
-from sqlalchemy import JSON, Float, cast, select, type_coerce
+from sqlalchemy import JSON, Float, and_, cast, or_, select, type_coerce
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import ColumnElement
@@ -64,6 +66,15 @@ MAX_WORST = 200
 MAX_AGENTS_LISTED = 200
 DEFAULT_SINCE = "1h"
 DEFAULT_WORST = 20
+# Which time --since counts from: when the answer was scored (the default: a replay of old
+# traces is found right after it ran), or the trace's own timestamp.
+TIMES = ("scored", "trace")
+DEFAULT_TIME = "scored"
+# Near-identical answers (character 3-gram Jaccard at least this) are listed once, with a count.
+SIMILARITY = 0.9
+SCAN_PER_ITEM = 10  # grouping looks at this many of the worst answers per item listed ...
+MAX_SCAN = 2000  # ... up to this many
+MAX_SIMILAR_IDS = 10
 EXIT_USAGE = 2
 EXIT_STORE = 3
 
@@ -103,6 +114,35 @@ class BrokenConstraint:
 
 
 @dataclass(frozen=True)
+class Similar:
+    """Near-identical answers folded into one listed answer (which is the worst of them)."""
+
+    count: int
+    trace_ids: list[str]  # the others, worst first, at most MAX_SIMILAR_IDS
+    agents: list[str]
+    score_min: float
+    score_max: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "trace_ids": list(self.trace_ids),
+            "agents": list(self.agents),
+            "score_min": self.score_min,
+            "score_max": self.score_max,
+        }
+
+    def describe(self) -> str:
+        scores = (
+            f"{self.score_min:.2f}"
+            if self.score_min == self.score_max
+            else f"{self.score_min:.2f}-{self.score_max:.2f}"
+        )
+        agents = ", ".join(self.agents)
+        return f"{self.count} near-identical answers (scores {scores}; agents {agents})"
+
+
+@dataclass(frozen=True)
 class ReviewItem:
     """One reviewed answer: what the on-call needs to judge it, all text already redacted."""
 
@@ -120,6 +160,13 @@ class ReviewItem:
     flags: list[str] = field(default_factory=list)
     conversation_id: str | None = None
     turn: int | None = None
+    scored_at: datetime | None = None
+    similar: Similar | None = None
+
+    @property
+    def count(self) -> int:
+        """Answers this entry stands for: itself and the near-identical ones folded into it."""
+        return self.similar.count if self.similar is not None else 1
 
     @property
     def score(self) -> ScoreCell:
@@ -132,6 +179,9 @@ class ReviewItem:
             "agent": self.agent,
             "evaluator": self.evaluator,
             "timestamp": self.timestamp.isoformat(),
+            "scored_at": self.scored_at.isoformat() if self.scored_at is not None else None,
+            "count": self.count,
+            "similar": self.similar.to_json() if self.similar is not None else None,
             "conversation_id": self.conversation_id,
             "turn": self.turn,
             "metric": self.metric,
@@ -213,6 +263,7 @@ def build_item(
     metric: str,
     turn_detail: Mapping[str, Any] | None = None,
     redactor: TextRedactor | None = _DEFAULT_REDACTOR,
+    scored_at: datetime | None = None,
 ) -> ReviewItem:
     """A review item from a stored result, its stored question and answer and its turn's detail."""
     answer_text: str | None = None
@@ -237,7 +288,84 @@ def build_item(
         flags=list(result.flags),
         conversation_id=result.conversation_id,
         turn=result.turn,
+        scored_at=scored_at,
     )
+
+
+# ------------------------------------------------------------------------- near-identical
+
+
+def _normalized(text: str) -> str:
+    return _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+def _shingles(text: str) -> frozenset[str]:
+    if len(text) < 3:
+        return frozenset({text})
+    return frozenset(text[i : i + 3] for i in range(len(text) - 2))
+
+
+@dataclass
+class _Group:
+    first: int  # index of its worst answer in the worst-first scan
+    shingles: frozenset[str]
+    members: list[int] = field(default_factory=list)
+
+
+def group_similar(answers: Sequence[str | None], evaluators: Sequence[str]) -> list[list[int]]:
+    """Indices of `answers` (worst first) grouped by near-identical text, per evaluator.
+
+    Two answers are near-identical when their normalised texts (NFKC, case-folded, whitespace
+    collapsed) share at least SIMILARITY of their character 3-grams (Jaccard); each answer
+    joins the first group it is that close to. Groups come in the order of their worst member;
+    an answer not stored forms a group of its own.
+    """
+    groups: list[_Group] = []
+    exact: dict[tuple[str, str], _Group] = {}
+    for index, (answer, evaluator) in enumerate(zip(answers, evaluators, strict=True)):
+        if answer is None:
+            groups.append(_Group(index, frozenset(), [index]))
+            continue
+        text = _normalized(answer)
+        group = exact.get((evaluator, text))
+        if group is None:
+            shingles = _shingles(text)
+            size = len(shingles)
+            for candidate in groups:
+                other = len(candidate.shingles)
+                # Jaccard <= min/max of the set sizes: most candidates need no intersection.
+                if (
+                    not other
+                    or min(size, other) < SIMILARITY * max(size, other)
+                    or answers[candidate.first] is None
+                    or evaluators[candidate.first] != evaluator
+                ):
+                    continue
+                common = len(shingles & candidate.shingles)
+                if common >= SIMILARITY * (size + other - common):
+                    group = candidate
+                    break
+            if group is None:
+                group = _Group(index, shingles)
+                groups.append(group)
+            exact[(evaluator, text)] = group
+        group.members.append(index)
+    return [g.members for g in groups]
+
+
+def _folded(items: Sequence[ReviewItem], members: list[int]) -> ReviewItem:
+    head = items[members[0]]
+    if len(members) == 1:
+        return head
+    values = [v for i in members if (v := items[i].score.value) is not None]
+    similar = Similar(
+        count=len(members),
+        trace_ids=[items[i].trace_id for i in members[1 : 1 + MAX_SIMILAR_IDS]],
+        agents=sorted({items[i].agent for i in members}),
+        score_min=min(values),
+        score_max=max(values),
+    )
+    return replace(head, similar=similar)
 
 
 # ------------------------------------------------------------------------------ the store
@@ -256,24 +384,43 @@ def _metric_value(dialect: str, metric: str) -> ColumnElement[Any]:
     return value
 
 
+def _since_clause(since: datetime, time: str) -> ColumnElement[bool]:
+    """Rows at or after `since` by scoring time (rows stored before scored_at existed count by
+    their trace time) or by trace time."""
+    table = results_table
+    if time == "trace":
+        return table.c.timestamp >= since
+    return or_(
+        table.c.scored_at >= since,
+        and_(table.c.scored_at.is_(None), table.c.timestamp >= since),
+    )
+
+
+@dataclass(frozen=True)
+class _Row:
+    result: EvaluationResult
+    query: str | None
+    answer: str | None
+    scored_at: datetime | None
+
+
 async def _worst_rows(
-    store: Store, since: datetime, metric: str, agent: str | None, limit: int
-) -> list[tuple[EvaluationResult, str | None, str | None]]:
-    if metric in COLUMN_METRICS:
-        return await store.worst(since, metric=metric, agent=agent, limit=limit)
-    engine = store._engine  # Store.worst knows only the column metrics
+    store: Store, since: datetime, metric: str, agent: str | None, limit: int, time: str
+) -> list[_Row]:
+    engine = store._engine
     value = _metric_value(engine.dialect.name, metric)
+    table = results_table
     query = (
-        select(results_table.c.result, results_table.c.query, results_table.c.answer)
-        .where(results_table.c.timestamp >= since, value.is_not(None))
-        .order_by(value.asc(), results_table.c.timestamp.desc())
+        select(table.c.result, table.c.query, table.c.answer, table.c.scored_at)
+        .where(_since_clause(since, time), value.is_not(None))
+        .order_by(value.asc(), table.c.timestamp.desc())
         .limit(limit)
     )
     if agent is not None:
-        query = query.where(results_table.c.agent == agent)
+        query = query.where(table.c.agent == agent)
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).all()
-    return [(EvaluationResult.model_validate_json(r[0]), r[1], r[2]) for r in rows]
+    return [_Row(EvaluationResult.model_validate_json(r[0]), r[1], r[2], r[3]) for r in rows]
 
 
 async def _turn_details(
@@ -303,6 +450,12 @@ def check_metric(metric: str) -> str:
     return metric
 
 
+def check_time(time: str) -> str:
+    if time not in TIMES:
+        raise ValueError(f"time must be one of: {', '.join(TIMES)}")
+    return time
+
+
 async def worst_answers(
     store: Store,
     since: datetime,
@@ -311,30 +464,57 @@ async def worst_answers(
     limit: int = DEFAULT_WORST,
     *,
     redactor: TextRedactor | None = _DEFAULT_REDACTOR,
+    time: str = DEFAULT_TIME,
+    group: bool = True,
 ) -> list[ReviewItem]:
     """The `limit` lowest-scoring answers by `metric` since `since`, worst first.
 
-    Results whose metric is unmeasured are left out (unmeasured is not bad). A trace scored by
-    two evaluators can appear twice, once per evaluator. Every text is passed through
-    `redactor` (the default patterns when not given; None shows the stored text as it is).
+    `since` counts from when answers were scored (`time="scored"`) or from the traces' own
+    timestamps (`time="trace"`). Results whose metric is unmeasured are left out (unmeasured is
+    not bad). A trace scored by two evaluators can appear twice, once per evaluator. With
+    `group`, near-identical answers (see group_similar) among the worst SCAN_PER_ITEM x `limit`
+    (more while copies leave groups missing, up to MAX_SCAN) are listed once, as their worst
+    member with a `similar` count (of the answers scanned). Every
+    text is passed through `redactor` (the default patterns when not given; None shows the
+    stored text as it is).
     """
     check_metric(metric)
+    check_time(time)
     if limit < 1:
         return []
-    rows = await _worst_rows(store, since, metric, agent, limit)
-    details = await _turn_details(store, [r for r, _, _ in rows])
+    scan = min(MAX_SCAN, limit * SCAN_PER_ITEM) if group else limit
+    while True:
+        rows = await _worst_rows(store, since, metric, agent, scan, time)
+        clusters = (
+            group_similar([r.answer for r in rows], [r.result.evaluator for r in rows])
+            if group
+            else [[i] for i in range(len(rows))]
+        )
+        # Copies of one answer can fill the scan: look further while groups are missing.
+        if len(clusters) >= limit or len(rows) < scan or scan >= MAX_SCAN:
+            break
+        scan = min(MAX_SCAN, scan * 4)
+    items = [
+        build_item(row.result, row.query, row.answer, metric, None, redactor, row.scored_at)
+        for row in rows
+    ]
+    chosen = [(members[0], _folded(items, members)) for members in clusters[:limit]]
+    details = await _turn_details(store, [rows[i].result for i, _ in chosen])
     return [
-        build_item(result, query, answer, metric, details.get(result.trace_id), redactor)
-        for result, query, answer in rows
+        replace(
+            item,
+            violated_constraints=_broken(rows[i].result, details.get(item.trace_id), redactor),
+        )
+        for i, item in chosen
     ]
 
 
-async def agents_seen(store: Store, since: datetime) -> list[str]:
+async def agents_seen(store: Store, since: datetime, time: str = DEFAULT_TIME) -> list[str]:
     """Agent names with results since a time (for the page's agent filter)."""
     engine = store._engine
     query = (
         select(results_table.c.agent)
-        .where(results_table.c.timestamp >= since, results_table.c.agent.is_not(None))
+        .where(_since_clause(since, time), results_table.c.agent.is_not(None))
         .distinct()
         .order_by(results_table.c.agent)
         .limit(MAX_AGENTS_LISTED)
@@ -357,20 +537,34 @@ def utc_text(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def scope_text(since: datetime, time: str) -> str:
+    """How the listing's window reads: 'scored since ...' or 'with trace time since ...'."""
+    return f"{'scored' if time == 'scored' else 'with trace time'} since {utc_text(since)}"
+
+
 def render_text(
     items: Sequence[ReviewItem],
     *,
     since: datetime | None = None,
     agent: str | None = None,
     width: int = 100,
+    time: str = DEFAULT_TIME,
 ) -> str:
     """A readable terminal listing, worst first."""
     metric = items[0].metric if items else None
-    scope = f" since {utc_text(since)}" if since is not None else ""
+    scope = f" {scope_text(since, time)}" if since is not None else ""
     who = f"agent {one_line(agent)}" if agent else "all agents"
     if not items:
-        return f"No scored answers{scope} ({who}).\n"
-    lines = [f"{len(items)} worst answers by {metric}{scope} ({who}), worst first", ""]
+        hint = ""
+        if since is not None:
+            other = "trace" if time == "scored" else "scored"
+            hint = f" A longer --since, or --time {other}, may find some."
+        return f"No scored answers{scope} ({who}).{hint}\n"
+    folded = sum(item.count for item in items) - len(items)
+    lines = [f"{len(items)} worst answers by {metric}{scope} ({who}), worst first"]
+    if folded:
+        lines[0] += f"; {folded} near-identical answers folded into them"
+    lines.append("")
 
     def block(label: str, text: str) -> None:
         lines.extend(
@@ -402,6 +596,9 @@ def render_text(
             f"#{rank}  {item.metric} {item.score.render()}  |  agent {one_line(item.agent)}"
             f"  |  {one_line(item.evaluator)}  |  {utc_text(item.timestamp)}"
         )
+        if item.similar is not None:
+            block("x ", item.similar.describe())
+            block("  also: ", ", ".join(item.similar.trace_ids))
         where = f"    trace {one_line(item.trace_id)}"
         if item.conversation_id:
             where += f"  (conversation {one_line(item.conversation_id)}"
@@ -434,13 +631,17 @@ def review_json(
     metric: str,
     agent: str | None,
     worst: int,
+    time: str = DEFAULT_TIME,
+    group: bool = True,
 ) -> dict[str, Any]:
     """The listing as a JSON document: the query, then the items worst first."""
     return {
         "since": since.isoformat(),
+        "time": time,
         "metric": metric,
         "agent": agent,
         "worst": worst,
+        "group": group,
         "count": len(items),
         "items": [item.to_json() for item in items],
     }
@@ -453,8 +654,12 @@ def render_json(
     metric: str,
     agent: str | None,
     worst: int,
+    time: str = DEFAULT_TIME,
+    group: bool = True,
 ) -> str:
-    document = review_json(items, since=since, metric=metric, agent=agent, worst=worst)
+    document = review_json(
+        items, since=since, metric=metric, agent=agent, worst=worst, time=time, group=group
+    )
     return json.dumps(document, ensure_ascii=False, indent=2)
 
 
@@ -470,10 +675,15 @@ class ReviewQuery:
     metric: str
     agent: str | None
     worst: int
+    time: str = DEFAULT_TIME
+    group: bool = True
 
 
 class QueryError(ValueError):
     pass
+
+
+QUERY_PARAMETERS = ("since", "metric", "agent", "worst", "time", "group")
 
 
 def parse_query(params: Mapping[str, str], now: datetime | None = None) -> ReviewQuery:
@@ -494,7 +704,15 @@ def parse_query(params: Mapping[str, str], now: datetime | None = None) -> Revie
     worst_text = (params.get("worst") or str(DEFAULT_WORST)).strip()
     if not worst_text.isdigit() or not 1 <= int(worst_text) <= MAX_WORST:
         raise QueryError(f"worst must be a whole number from 1 to {MAX_WORST}")
-    return ReviewQuery(since_text, since, metric, agent, int(worst_text))
+    time = (params.get("time") or DEFAULT_TIME).strip()
+    try:
+        check_time(time)
+    except ValueError as exc:
+        raise QueryError(str(exc)) from None
+    group_text = (params.get("group") or "1").strip()
+    if group_text not in ("0", "1"):
+        raise QueryError("group must be 1 (fold near-identical answers) or 0")
+    return ReviewQuery(since_text, since, metric, agent, int(worst_text), time, group_text == "1")
 
 
 def _digest(value: str) -> bytes:
@@ -554,15 +772,18 @@ def add_review_routes(
     redactor: TextRedactor | None = _DEFAULT_REDACTOR,
     trace_url_template: str | None = None,
     allow_basic: bool = True,
+    bound_host: str | None = None,
 ) -> None:
     """Add ``GET /review`` (HTML) and ``GET /review.json`` to the daemon's app.
 
     `store_getter` is called per request (the store opens after the server starts: None means
     not yet, answered 503). With `token`, both routes require ``Authorization: Bearer <token>``;
     the HTML page also accepts HTTP Basic with the token as password (`allow_basic`), which a
-    browser prompts for. `redactor` is applied to every text shown (None: the store's text as
-    is). `trace_url_template`, e.g. ``https://grafana.example/explore?traceId={trace_id}``,
-    makes each trace id a link to a trace viewer; otherwise it links to its own anchor.
+    browser prompts for. `bound_host` is the address the server listens on: without a token,
+    a warning is logged unless it is a loopback address. `redactor` is applied to every text
+    shown (None: the store's text as is). `trace_url_template`, e.g.
+    ``https://grafana.example/explore?traceId={trace_id}``, makes each trace id a link to a
+    trace viewer; otherwise it links to its own anchor.
     """
     from monitor.review_page import render_page
 
@@ -578,7 +799,7 @@ def add_review_routes(
         except (KeyError, IndexError, ValueError):
             raise ValueError("trace_url_template may hold only the field {trace_id}") from None
     expected = _digest(token) if token is not None else None
-    if expected is None:
+    if expected is None and not _loopback(bound_host):
         log.warning(
             "review pages served without a token; bind the HTTP server to a private address"
         )
@@ -595,9 +816,16 @@ def add_review_routes(
             return "the results store is not open (store.enabled false, or still starting)"
         try:
             items = await worst_answers(
-                store, query.since, query.metric, query.agent, query.worst, redactor=redactor
+                store,
+                query.since,
+                query.metric,
+                query.agent,
+                query.worst,
+                redactor=redactor,
+                time=query.time,
+                group=query.group,
             )
-            agents = await agents_seen(store, query.since)
+            agents = await agents_seen(store, query.since, query.time)
         except Exception as exc:
             # The message of a database error may quote the URL: log the type only.
             log.warning("review query failed", error=type(exc).__name__)
@@ -607,7 +835,7 @@ def add_review_routes(
     async def page(request: web.Request) -> web.Response:
         if not authorized(request, browser=True):
             return _unauthorized(browser=allow_basic)
-        params = {k: request.query.get(k, "") for k in ("since", "metric", "agent", "worst")}
+        params = {k: request.query.get(k, "") for k in QUERY_PARAMETERS}
         try:
             query = parse_query(params)
         except QueryError as exc:
@@ -618,7 +846,9 @@ def add_review_routes(
             body = render_page([], params, [], error=loaded, trace_url=trace_url_template)
             return _html(body, 503)
         items, agents = loaded
-        body = render_page(items, params, agents, since=query.since, trace_url=trace_url_template)
+        body = render_page(
+            items, params, agents, since=query.since, trace_url=trace_url_template, time=query.time
+        )
         return _html(body, 200)
 
     async def as_json(request: web.Request) -> web.Response:
@@ -633,12 +863,29 @@ def add_review_routes(
             return _json({"error": loaded}, 503)
         items, _agents = loaded
         document = review_json(
-            items, since=query.since, metric=query.metric, agent=query.agent, worst=query.worst
+            items,
+            since=query.since,
+            metric=query.metric,
+            agent=query.agent,
+            worst=query.worst,
+            time=query.time,
+            group=query.group,
         )
         return _json(document, 200)
 
     app.router.add_get("/review", page)
     app.router.add_get("/review.json", as_json)
+
+
+def _loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _html(body: str, status: int) -> web.Response:
@@ -667,7 +914,25 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "review",
         help="the worst recent answers: question, answer, unsupported claims, constraints",
     )
-    review.add_argument("--since", default=DEFAULT_SINCE, help="1h (default), 90m, 7d or ISO time")
+    review.add_argument(
+        "--since",
+        default=DEFAULT_SINCE,
+        help="1h (default), 90m, 7d or ISO time; counted from when answers were scored"
+        " (see --time)",
+    )
+    review.add_argument(
+        "--time",
+        choices=TIMES,
+        default=DEFAULT_TIME,
+        help="what --since counts from: 'scored' (default; finds a replay of old traces right"
+        " after it ran) or 'trace' (the traces' own timestamps)",
+    )
+    review.add_argument(
+        "--no-group",
+        dest="group",
+        action="store_false",
+        help="list near-identical answers one by one instead of once with a count",
+    )
     review.add_argument("--agent", help="only this agent (default: all)")
     review.add_argument(
         "--metric", default="faithfulness", choices=METRICS, help="ranked by (default faithfulness)"
@@ -718,7 +983,14 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_STORE
     try:
         items = await worst_answers(
-            store, since, args.metric, args.agent, args.worst, redactor=review_redactor(settings)
+            store,
+            since,
+            args.metric,
+            args.agent,
+            args.worst,
+            redactor=review_redactor(settings),
+            time=args.time,
+            group=args.group,
         )
     except Exception as exc:
         print(f"rag-monitor: cannot read the results store: {_scrubbed(exc, url)}", file=sys.stderr)
@@ -727,10 +999,18 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> int:
         await store.close()
     if args.json:
         print(
-            render_json(items, since=since, metric=args.metric, agent=args.agent, worst=args.worst)
+            render_json(
+                items,
+                since=since,
+                metric=args.metric,
+                agent=args.agent,
+                worst=args.worst,
+                time=args.time,
+                group=args.group,
+            )
         )
     else:
-        print(render_text(items, since=since, agent=args.agent), end="")
+        print(render_text(items, since=since, agent=args.agent, time=args.time), end="")
     return 0
 
 

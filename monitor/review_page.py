@@ -24,9 +24,11 @@ from urllib.parse import quote, urlencode
 from monitor.review import (
     CONTROLS,
     DEFAULT_SINCE,
+    DEFAULT_TIME,
     DEFAULT_WORST,
     MAX_WORST,
     METRICS,
+    TIMES,
     ReviewItem,
     ScoreCell,
     utc_text,
@@ -93,6 +95,10 @@ table.scores meter { width: 90px; height: 10px; vertical-align: middle; }
 .flag { display: inline-block; font-size: 12px; background: #eef4ff; color: #3538cd;
  padding: 1px 8px; border-radius: 10px; margin: 0 4px 2px 0; }
 .none { color: var(--muted); }
+.fold { font-size: 12px; font-weight: 600; background: #fffaeb; color: var(--warn);
+ border: 1px solid #fedf89; padding: 1px 8px; border-radius: 10px; }
+details.similar { color: var(--muted); font-size: 12px; }
+details.similar code { font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
 footer { color: var(--muted); font-size: 12px; margin-top: 18px; }
 footer a { color: var(--accent); }
 """
@@ -148,16 +154,27 @@ def _item(rank: int, item: ReviewItem, element_id: str, trace_url: str | None) -
         where = f" · conversation <b>{_e(item.conversation_id)}</b>"
         if item.turn is not None:
             where += f" turn <b>{item.turn}</b>"
+    fold = ""
+    if item.similar is not None:
+        fold = f'<span class="fold" data-count="{item.similar.count}">×{item.similar.count}</span>'
     head = (
         f'<span class="rank">#{rank}</span>'
         f'<span class="score {_grade(score)}">{_e(item.metric)} {_e(score.render())}</span>'
+        f"{fold}"
         f'<a class="trace-id" href="{_e(href)}" title="trace id">{_e(item.trace_id)}</a>'
         f'<span class="meta">agent <b class="agent">{_e(item.agent)}</b> · '
         f'evaluator <b class="evaluator">{_e(item.evaluator)}</b> · '
         f'<time datetime="{_e(item.timestamp.isoformat())}">{_e(utc_text(item.timestamp))}</time>'
         f"{where}</span>"
     )
-    rows = [
+    rows = []
+    if item.similar is not None:
+        others = ", ".join(f"<code>{_e(t)}</code>" for t in item.similar.trace_ids)
+        rows.append(
+            f'<dt>Near-identical</dt><dd><details class="similar"><summary>'
+            f"{_e(item.similar.describe())}</summary>other traces: {others}</details></dd>"
+        )
+    rows += [
         f'<dt>Question</dt><dd class="question">{_text_or_none(item.question, "question")}</dd>',
         "<dt>Answer"
         + (" (excerpt)" if item.answer_truncated else "")
@@ -207,14 +224,27 @@ def _form(params: Mapping[str, str], agents: Sequence[str]) -> str:
     )
     since = params.get("since") or DEFAULT_SINCE
     worst = params.get("worst") or str(DEFAULT_WORST)
+    time = params.get("time") or DEFAULT_TIME
+    group = params.get("group") or "1"
+    time_labels = {"scored": "when scored", "trace": "trace time"}
+    time_options = "".join(
+        f'<option value="{_e(t)}"{" selected" if t == time else ""}>{_e(time_labels[t])}</option>'
+        for t in TIMES
+    )
+    group_options = "".join(
+        f'<option value="{v}"{" selected" if v == group else ""}>{label}</option>'
+        for v, label in (("1", "folded"), ("0", "one by one"))
+    )
     return (
         '<form class="filters" method="get" action="review">'
         f'<label>Metric<select name="metric">{metric_options}</select></label>'
         f'<label>Agent<select name="agent">{agent_options}</select></label>'
         f'<label>Since<input name="since" value="{_e(since)}" size="10" '
         'title="24h, 90m, 7d or an ISO time"></label>'
+        f'<label>Counted from<select name="time">{time_options}</select></label>'
         f'<label>Worst<input name="worst" type="number" min="1" max="{MAX_WORST}" '
         f'value="{_e(worst)}"></label>'
+        f'<label>Near-identical<select name="group">{group_options}</select></label>'
         '<button type="submit">Show</button></form>'
     )
 
@@ -227,6 +257,7 @@ def render_page(
     since: datetime | None = None,
     error: str | None = None,
     trace_url: str | None = None,
+    time: str = DEFAULT_TIME,
 ) -> str:
     """The whole page: filters, then the answers worst first (or the error, or 'none')."""
     metric = params.get("metric") or "faithfulness"
@@ -252,9 +283,12 @@ def render_page(
     summary = ""
     if error is None and since is not None:
         who = f"agent <b>{_e(agent)}</b>" if agent else "all agents"
+        when = "scored since" if time == "scored" else "trace time since"
+        folded = sum(item.count for item in items) - len(items)
+        fold = f" · <b>{folded}</b> near-identical answers folded in" if folded else ""
         summary = (
             f'<p class="summary"><b>{len(items)}</b> answers ranked by <b>{_e(metric)}</b>, '
-            f"worst first · since <b>{_e(utc_text(since))}</b> · {who}</p>"
+            f"worst first · {when} <b>{_e(utc_text(since))}</b> · {who}{fold}</p>"
         )
     query = {k: v for k, v in params.items() if v}
     json_link = "review.json" + ("?" + urlencode(query) if query else "")

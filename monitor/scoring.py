@@ -209,11 +209,7 @@ class ScoringProcessor:
         finally:
             self._judge_depth -= 1
             self._metrics.judge_queue.set(self._judge_depth)
-        if result.tokens is not None:
-            self._sampler.spend(
-                (result.tokens.input_tokens or 0) + (result.tokens.output_tokens or 0)
-            )
-        return result
+        return result  # its tokens were charged to the sampler's budget by the judge client
 
     async def _emit(
         self, trace: Trace, result: EvaluationResult, turn: Turn | None, count: bool = True

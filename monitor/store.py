@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import structlog
@@ -52,6 +52,9 @@ results_table = Table(
     Column("turn", Integer),
     Column("agent", String(128), index=True),
     Column("timestamp", DateTime(timezone=True), index=True),
+    # When the result was (last) written: `review --since` counts from here, so a replay of
+    # old traces is found right after it ran.
+    Column("scored_at", DateTime(timezone=True), index=True),
     Column("faithfulness", Float),
     Column("answer_relevancy", Float),
     Column("context_precision", Float),
@@ -96,9 +99,18 @@ golden_runs_table = Table(
     Column("result", Text, nullable=False),
 )
 
-# Each migration moves the schema from version N-1 to N. Version 1 is the tables above, created
-# by metadata.create_all; later versions append DDL here and never edit earlier entries.
-MIGRATIONS: list[list[str]] = [[]]
+# Each migration moves the schema from version N-1 to N. Version 1 was the first set of tables;
+# later versions append DDL here and never edit earlier entries ({timestamp} is the dialect's
+# timezone-aware timestamp type). A new database gets the tables above as they are now from
+# metadata.create_all, and every version is recorded as applied without running its DDL.
+MIGRATIONS: list[list[str]] = [
+    [],
+    [
+        "ALTER TABLE evaluation_results ADD COLUMN scored_at {timestamp}",
+        "CREATE INDEX IF NOT EXISTS ix_evaluation_results_scored_at"
+        " ON evaluation_results (scored_at)",
+    ],
+]
 MAX_TEXT_CHARS = 4000
 RETRY_MIN_SECONDS = 0.5
 RETRY_MAX_SECONDS = 30.0
@@ -168,23 +180,32 @@ class Store:
         return store
 
     async def _migrate(self) -> None:
+        timestamp = DateTime(timezone=True).compile(dialect=self._engine.dialect)
         async with self._engine.begin() as conn:
             if self._dialect == "sqlite":
                 await conn.execute(text("PRAGMA journal_mode=WAL"))
-            await conn.run_sync(metadata.create_all)
             await conn.execute(
                 text("CREATE TABLE IF NOT EXISTS ragmon_schema (version INTEGER NOT NULL)")
             )
             current = (await conn.execute(text("SELECT max(version) FROM ragmon_schema"))).scalar()
             version = int(current or 0)
+            if version == 0:
+                # A new database: the tables are created as they are now.
+                await conn.run_sync(metadata.create_all)
+                version = len(MIGRATIONS)
+                await conn.execute(
+                    text("INSERT INTO ragmon_schema (version) VALUES (:v)"), {"v": version}
+                )
             for number, statements in enumerate(MIGRATIONS, start=1):
                 if number <= version:
                     continue
                 for statement in statements:
-                    await conn.execute(text(statement))
+                    await conn.execute(text(statement.format(timestamp=timestamp)))
                 await conn.execute(
                     text("INSERT INTO ragmon_schema (version) VALUES (:v)"), {"v": number}
                 )
+            # Tables added since (none yet beyond the migrations) are created if missing.
+            await conn.run_sync(metadata.create_all)
 
     async def close(self) -> None:
         self._closed = True
@@ -196,10 +217,16 @@ class Store:
     # ----------------------------------------------------------------------------- results
 
     async def save(
-        self, result: EvaluationResult, query: str | None = None, answer: str | None = None
+        self,
+        result: EvaluationResult,
+        query: str | None = None,
+        answer: str | None = None,
+        scored_at: datetime | None = None,
     ) -> None:
-        """Upsert one result; returns once it is committed."""
-        await self.save_row(results_table, _result_row(result, query, answer))
+        """Upsert one result (scored now, unless `scored_at` says when); returns once it is
+        committed."""
+        row = _result_row(result, query, answer, scored_at or datetime.now(UTC))
+        await self.save_row(results_table, row)
 
     async def save_row(self, table: Table, row: dict[str, Any]) -> None:
         """Upsert one row by primary key through the group-commit writer."""
@@ -373,7 +400,9 @@ def _clip(value: str | None) -> str | None:
     return value[:MAX_TEXT_CHARS] if value is not None else None
 
 
-def _result_row(result: EvaluationResult, query: str | None, answer: str | None) -> dict[str, Any]:
+def _result_row(
+    result: EvaluationResult, query: str | None, answer: str | None, scored_at: datetime
+) -> dict[str, Any]:
     def score(name: str) -> float | None:
         entry = result.scores.get(name)
         return entry.value if entry is not None else None
@@ -385,6 +414,7 @@ def _result_row(result: EvaluationResult, query: str | None, answer: str | None)
         "turn": result.turn,
         "agent": result.agent,
         "timestamp": result.timestamp,
+        "scored_at": scored_at,
         "faithfulness": score("faithfulness"),
         "answer_relevancy": score("answer_relevancy"),
         "context_precision": score("context_precision"),

@@ -5,7 +5,10 @@
 #   scripts/test.sh -m "not kafka" -x    pytest options pass through
 # Prepared here, each step skipping what is already in place: the development and ragas extras
 # in .venv, Debian packages (as root: Java and Maven for the Kafka test broker, PostgreSQL,
-# Prometheus, Chromium), the Kafka broker jars, the PostgreSQL test role.
+# Prometheus, Chromium), the Kafka broker jars, the PostgreSQL test role, the OpenTelemetry
+# Collector (built with Go, installed when missing), the instrumented apps' own venvs, and the
+# real model servers the judge is tested against (llama.cpp's llama-server and llama_cpp.server
+# with the Gemma 3 270M model; built once into .cache/llama/, about 6 minutes on 2 cores).
 # Run scripts/setup.sh once first.
 set -euo pipefail
 
@@ -34,5 +37,8 @@ ensure_debian_packages openjdk-17-jre-headless maven postgresql prometheus chrom
     fonts-dejavu-core || echo "test: the tests that need them will skip (or fail in CI)" >&2
 scripts/setup-kafka.sh
 scripts/setup-postgres.sh
+scripts/setup-otelcol.sh
+scripts/setup-test-apps.sh
+scripts/setup-llama.sh || echo "test: the real model server tests will skip (or fail in CI)" >&2
 
 exec .venv/bin/python -m pytest "$@"

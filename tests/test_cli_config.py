@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import BaseModel
 
 from monitor.cli import main
-from monitor.config import ConfigError, load_settings
+from monitor.config import ConfigError, Settings, load_settings
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -108,3 +111,60 @@ def test_schema_command_prints_the_committed_json_schema(
     committed = json.loads((Path(__file__).parents[1] / "schema" / "trace-v1.json").read_text())
     assert printed == committed, "regenerate with: rag-monitor schema > schema/trace-v1.json"
     assert set(printed["required"]) == {"trace_id", "timestamp", "query", "contexts", "answer"}
+
+
+def _setting_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
+    keys = set()
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys |= _setting_keys(annotation, f"{prefix}{name}.")
+        else:
+            keys.add(prefix + name)
+    return keys
+
+
+def _readme_setting_keys() -> set[str]:
+    """Keys the README's configuration table documents. A row may name several keys of one
+    section: `kafka.ssl_cafile` / `ssl_certfile`, or `redact.store`, `redact.review`."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    keys = set()
+    for line in table.splitlines():
+        if not line.startswith("| `"):
+            continue
+        names = re.findall(r"`([a-z_.]+)`", line.split(" | ", 1)[0])
+        prefix = names[0].rsplit(".", 1)[0] + "."
+        for name in names:
+            keys.add(name if "." in name else prefix + name)
+    return keys
+
+
+def test_the_readme_table_documents_every_setting() -> None:
+    documented = _readme_setting_keys()
+    actual = _setting_keys(Settings)
+    assert actual - documented == set(), "settings missing from the README's table"
+    assert documented - actual == set(), "README rows for settings that do not exist"
+
+
+def test_config_errors_say_where_the_value_came_from(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("kafka:\n  topics: []\n  security_protocol: SASL_SSL\n")
+    result = _cli("check-config", "--config", str(config))
+    assert result.returncode == 2
+    assert "kafka.topics: List should have at least 1 item" in result.stderr
+    assert f"(set in {config}; env RAGMON_KAFKA__TOPICS overrides it)" in result.stderr
+    from_env = _cli("check-config", env={"RAGMON_KAFKA__TOPICS": "[]"})
+    assert "(env RAGMON_KAFKA__TOPICS)" in from_env.stderr
+    missing = _cli("check-config", "--config", str(tmp_path / "nope.yaml"))
+    for result in (missing, _cli("check-config", env={"RAGMON_HTTP__PORT": "x"})):
+        assert "RAGMON_--" not in result.stderr and "(env RAGMON_--CONFIG)" not in result.stderr
+    assert "--config: cannot read" in missing.stderr and "(env" not in missing.stderr
+
+
+def test_check_config_shows_the_judge_enabled_when_an_endpoint_turns_it_on() -> None:
+    result = _cli("check-config", env={"RAGMON_JUDGE__BASE_URL": "http://127.0.0.1:1/v1"})
+    assert result.returncode == 0, result.stderr
+    judge = yaml.safe_load(result.stdout)["judge"]
+    assert judge["enabled"] is True and judge["base_url"] == "http://127.0.0.1:1/v1"
+    assert yaml.safe_load(_cli("check-config").stdout)["judge"]["enabled"] is False

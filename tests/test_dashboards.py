@@ -337,6 +337,7 @@ def test_store_panel_is_the_documented_table_with_its_variables() -> None:
     assert metric["type"] == "custom" and not metric["multi"] and not metric["includeAll"]
     assert metric["query"].split(",") == [
         "faithfulness",
+        "support",
         "answer_relevancy",
         "context_precision",
         "context_relevancy",
@@ -398,3 +399,43 @@ async def test_store_panel_sql_runs_on_postgresql_worst_first(postgres_url: str)
         assert await run(panel_sql, metric="faithfulness", store_agent=[hostile]) == []
     finally:
         await store.close()
+
+
+def test_tier0_support_is_the_headline_against_its_own_baseline() -> None:
+    """Without a judge the quality dashboard leads with tier 0's support (it ranks answers
+    better than tier 0's faithfulness ratio), per agent against its 7-day mean, which is what
+    RagmonTier0SupportDrop pages on; its links open /review ranked by support."""
+    board = committed()["quality-overview.json"]
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert rows[1].startswith("Tier-0 support"), rows
+    tier0 = [
+        p
+        for p in panels(board)
+        if any('metric="support", evaluator="heuristic"' in t.get("expr", "") for t in p["targets"])
+    ]
+    exprs = "\n".join(t["expr"] for p in tier0 for t in p["targets"])
+    assert "[1h]" in exprs and "[7d]" in exprs
+    links = [link["url"] for p in tier0 for link in p["fieldConfig"]["defaults"].get("links", [])]
+    assert links and all("metric=support" in url for url in links)
+
+
+def test_panels_of_judge_only_measures_say_why_they_are_empty() -> None:
+    """Tier 0 emits no context relevancy and no outcome scores: without a judge those panels
+    are empty by design and say so, instead of a bare "No data"."""
+    expected = {
+        ("quality-overview.json", "Context relevancy: mean by agent"),
+        ("conversations.json", "Outcome scores (0-10): mean by agent and metric"),
+    }
+    boards = committed()
+    for name, title in expected:
+        (panel,) = [p for p in panels(boards[name]) if p["title"] == title]
+        note = panel["fieldConfig"]["defaults"].get("noValue", "")
+        assert "judge" in note, (name, title, note)
+        assert "judge" in panel["description"], (name, title)
+    # and a panel of a measure tier 0 does produce keeps Grafana's default
+    (faith,) = [
+        p
+        for p in panels(boards["quality-overview.json"])
+        if p["title"] == "Faithfulness: mean by agent"
+    ]
+    assert "noValue" not in faith["fieldConfig"]["defaults"]

@@ -80,7 +80,9 @@ def _observe(daemon: DaemonProcess, watch: Watch, phase: str, seconds: float) ->
                 consumed=metric_value(m, "ragmon_messages_consumed_total"),
                 tier0=metric_value(m, "ragmon_evaluations_total", evaluator="heuristic"),
                 queue=metric_value(m, "ragmon_judge_queue_depth"),
-                circuit=metric_value(m, "ragmon_judge_circuit_open", evaluator="llm"),
+                circuit=metric_value(
+                    m, "ragmon_judge_circuit_open", evaluator="llm", endpoint="chat"
+                ),
                 rss_mib=daemon.rss_kib() / 1024,
             )
         )
@@ -215,7 +217,7 @@ def test_judge_slow_erroring_rate_limited_hung_and_unreachable_never_stops_tier_
     opened = {s.phase for s in samples if s.circuit == 1}
     assert opened & {"erroring", "hung", "unreachable"}, f"circuit never opened: {opened}"
     assert by_phase["recovered"][-1].circuit == 0, "the circuit did not close after recovery"
-    assert metric_value(final, "ragmon_judge_circuit_open", evaluator="llm") == 0
+    assert metric_value(final, "ragmon_judge_circuit_open", evaluator="llm", endpoint="chat") == 0
     # Backlog and memory bounded; shed work counted.
     assert max(s.queue for s in samples) <= QUEUE_SIZE
     assert max(s.rss_mib for s in samples) < RSS_BOUND_MIB

@@ -470,10 +470,23 @@ def test_validate(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     )
     code, out = run_cli("validate", str(examples / "generation.yaml"), "--kind", "generation")
     assert code == 0 and "ok, 5 generation queries" in out
+    # Without --kind the kind is told from the fields, for YAML and JSONL alike.
+    code, out = run_cli("validate", str(examples / "generation.yaml"))
+    assert code == 0 and "ok, 5 generation queries" in out
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "a", "question": "q?", "expected_topics": ["x"]}\n')
+    code, out = run_cli("validate", str(cases))
+    assert code == 0 and "ok, 1 generation queries" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("queries:\n  - {id: a, question: q, colour: red}\n")
-    code, _ = run_cli("validate", str(bad), "--kind", "generation")
+    code, _ = run_cli("validate", str(bad))
     assert code == 2 and "bad.yaml:2 [queries[0].colour]" in capsys.readouterr().err
+    for path in sorted(examples.glob("*.yaml")):
+        for line in path.read_text().splitlines():
+            if "golden validate" in line:  # what the examples tell a user to run works
+                argv = line.split("golden validate", 1)[1].split()
+                argv[0] = str(Path(__file__).resolve().parents[1] / argv[0])
+                assert run_cli("validate", *argv)[0] == 0, line
 
 
 def test_example_config_is_valid() -> None:

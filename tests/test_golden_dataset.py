@@ -65,7 +65,7 @@ def _error(text: str) -> GoldenDataError:
 # --------------------------------------------------------------------------- retrieval YAML
 
 
-def test_seed_format_loads() -> None:
+def test_the_documented_format_loads() -> None:
     suite = parse_retrieval_yaml(GOOD, path="suite.yaml")
     assert isinstance(suite, RetrievalSuite)
     assert suite.dataset.version == "1.0"
@@ -276,7 +276,7 @@ def test_generation_suite_seed_001_format() -> None:
     suite = load_generation_suite(FIXTURES / "e2e_generation.yaml")
     assert isinstance(suite, GenerationSuite)
     first = suite.queries[0]
-    # seed 001 spells it "context"
+    # the singular spelling is accepted too
     assert first.contexts == [
         "Python is a high-level, general-purpose programming language.",
         "Python was created by Guido van Rossum in 1991.",

@@ -101,8 +101,8 @@ async def server() -> AsyncIterator[OpenAIServer]:
 # --------------------------------------------------------------------------- formulas
 
 
-def seed_example_input() -> ReferenceInput:
-    """Seed 002's answer-correctness example (the sun), with one context."""
+def sun_example_input() -> ReferenceInput:
+    """The answer-correctness example of docs/metrics.md (the sun), with one context."""
     return ReferenceInput.build(
         "en",
         "What powers the sun and what is its primary function?",
@@ -113,11 +113,11 @@ def seed_example_input() -> ReferenceInput:
     )
 
 
-def test_seed_002_answer_correctness_example() -> None:
+def test_the_documented_answer_correctness_example() -> None:
     """TP 1, FP 1, FN 2: F1 = 1 / (1 + 0.5 * 3) = 0.4, and with similarity 0.6 the correctness
-    is 0.75 * 0.4 + 0.25 * 0.6 = 0.45. (The seed's worked example writes 1 / (1 + 1.5) as 0.5
-    and so reaches 0.525; its formula, which this follows, gives 0.4.)"""
-    inp = seed_example_input()
+    is 0.75 * 0.4 + 0.25 * 0.6 = 0.45. (A write-up the project started from gives 1 / (1 + 1.5)
+    as 0.5 and so reaches 0.525; its formula, which this follows, gives 0.4.)"""
+    inp = sun_example_input()
     assert inp.reference_sentences == (
         "The sun is powered by nuclear fusion of hydrogen into helium.",
         "This fusion releases a lot of energy.",
@@ -145,7 +145,7 @@ def test_seed_002_answer_correctness_example() -> None:
     f1 = verdicts.statement_f1()
     assert f1 == pytest.approx(0.4)
     assert f1 is not None and answer_correctness(f1, 0.6) == pytest.approx(0.45)
-    assert answer_correctness(0.5, 0.6) == pytest.approx(0.525)  # the seed's last step
+    assert answer_correctness(0.5, 0.6) == pytest.approx(0.525)  # that write-up's last step
     assert verdicts.context_recall() == pytest.approx(1 / 3)
 
 
@@ -184,7 +184,7 @@ def test_no_true_positive_scores_zero_and_no_contexts_is_unmeasured() -> None:
 )
 def test_malformed_verdicts_are_rejected(reply: object, message: str) -> None:
     with pytest.raises(MalformedOutput, match=message):
-        parse_reference(reply, seed_example_input())
+        parse_reference(reply, sun_example_input())
 
 
 def test_prompt_numbers_the_reference_and_keeps_data_in_the_block() -> None:
@@ -221,7 +221,7 @@ async def test_llm_judge_scores_against_the_reference(server: OpenAIServer) -> N
     assert issubclass(LLMAnswerJudge, AnswerJudge) and issubclass(RagasAnswerJudge, AnswerJudge)
     scores = await judge_once(server, GOOD, PYTHON.contexts or [], metrics=JudgeMetrics(registry))
     assert scores.unmeasured == {}
-    # the reference-free measures of seed 001: the server's default judge supports every
+    # the reference-free measures: the server's default judge supports every
     # statement and finds every context useful and relevant
     assert (scores.faithfulness, scores.answer_relevancy, scores.context_relevancy) == (1, 1, 1)
     # both answer statements are in the reference and both reference sentences in the answer:

@@ -20,7 +20,7 @@ import pytest
 
 from monitor.golden.ranking import (
     DEFAULT_CUTOFFS,
-    SEED_RELEVANCE_THRESHOLD,
+    DEFAULT_RELEVANCE_THRESHOLD,
     TREC_EVAL_RELEVANCE_THRESHOLD,
     LatencyPercentiles,
     coverage_at_k,
@@ -75,8 +75,8 @@ def test_num_relevant_by_threshold() -> None:
     assert num_relevant(JUDGMENTS, relevance_threshold=2) == 3
     assert num_relevant(JUDGMENTS, relevance_threshold=1) == 4
     assert num_relevant(JUDGMENTS, relevance_threshold=0) == 5
-    assert num_relevant(JUDGMENTS) == 3  # default is the seed's >= 2
-    assert SEED_RELEVANCE_THRESHOLD == 2 and TREC_EVAL_RELEVANCE_THRESHOLD == 1
+    assert num_relevant(JUDGMENTS) == 3  # default is >= 2
+    assert DEFAULT_RELEVANCE_THRESHOLD == 2 and TREC_EVAL_RELEVANCE_THRESHOLD == 1
 
 
 def test_reciprocal_rank() -> None:
@@ -210,8 +210,8 @@ def test_evaluate_query_names_and_values() -> None:
     assert DEFAULT_CUTOFFS == (5, 10)
 
 
-def test_seed_mrr_example() -> None:
-    # Seed 000 section 2.1: first correct answer at rank 1, 3, 2 and never ->
+def test_the_documented_mrr_example() -> None:
+    # docs/metrics.md's example: first correct answer at rank 1, 3, 2 and never ->
     # MRR = (1 + 1/3 + 1/2 + 0) / 4 = 0.4583333
     qrels = {f"Q{i}": {"good": 3} for i in range(1, 5)}
     run = {
@@ -236,7 +236,7 @@ AVG_RUN = {"q1": ["a", "b"], "q2": ["x", "c"], "q3": ["d"], "q5": ["a"]}
 
 
 def test_averaging_default_counts_missing_queries_as_zero() -> None:
-    # default (seed, trec_eval -c): q1 q2 q3 q4 evaluated; q5 ignored
+    # default (trec_eval -c): q1 q2 q3 q4 evaluated; q5 ignored
     # recip_rank: q1 1, q2 1/2, q3 0 (d is only grade 1), q4 0 -> 1.5 / 4 = 0.375
     per_query = evaluate_run(AVG_RUN, AVG_QRELS)
     assert list(per_query) == ["q1", "q2", "q3", "q4"]
@@ -305,7 +305,7 @@ def test_coverage_at_k() -> None:
 
 
 def test_result_coverage() -> None:
-    # seed's definition: queries that returned >= 1 document / all queries.
+    # the report's coverage: queries that returned >= 1 document / all queries.
     # q1 q2 q3 returned something, q4 is absent, q6 returned an empty list -> 3/5
     run = {**AVG_RUN, "q6": []}
     assert result_coverage(run, ["q1", "q2", "q3", "q4", "q6"]) == pytest.approx(0.6)

@@ -1,4 +1,4 @@
-"""The markdown report (seed 000 section 7 layout), its JSON result and the recommendations."""
+"""The markdown report (docs/metrics.md#golden-report), its JSON result and the recommendations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.golden.config import SEED_RETRIEVAL_TARGETS
+from monitor.golden.config import DEFAULT_RETRIEVAL_TARGETS
 from monitor.golden.dataset import RetrievalQuery
 from monitor.golden.evaluation import (
     Observation,
@@ -72,7 +72,7 @@ def _mode(
         results,
         kind="retrieval",
         params={"mode": label},
-        targets=SEED_RETRIEVAL_TARGETS,
+        targets=DEFAULT_RETRIEVAL_TARGETS,
         description=description,
         gated=gated,
         length_metric="ndcg_10",
@@ -108,12 +108,14 @@ def _result() -> RunResult:
             "min_effect": 0.3,
             "worst_queries": 3,
         },
-        targets=dict(SEED_RETRIEVAL_TARGETS),
+        targets=dict(DEFAULT_RETRIEVAL_TARGETS),
         primary_metric="ndcg_5",
         baseline_mode="E",
         modes=modes,
         comparisons=comparisons,
-        recommendations=recommend(modes, primary_metric="ndcg_5", targets=SEED_RETRIEVAL_TARGETS),
+        recommendations=recommend(
+            modes, primary_metric="ndcg_5", targets=DEFAULT_RETRIEVAL_TARGETS
+        ),
     )
 
 
@@ -225,7 +227,7 @@ def test_recommendations_come_from_the_tuning_table() -> None:
     latency = by_metric["latency_p50_ms"]
     assert any("Embedding" in a for a in latency.actions) and latency.detail is not None
     assert latency.detail.startswith("target 200 ms; E 324 ms")
-    assert {r.source for r in result.recommendations} == {"seed 000 §8.1"}
+    assert {r.source for r in result.recommendations} == {"tuning table"}
     section = _section(render_markdown(result), "推奨事項")
     assert "1. **MRR below target** (modes E)" in section
     assert "   - Cause: relevant documents do not come first (正解が上位に来ない)" in section
@@ -267,7 +269,7 @@ def test_recommendations_for_length_and_category() -> None:
     assert "NDCG@5 below target" in problems
     assert "category 'long' is the weakest in mode A" in problems
     assert "longer queries score lower on NDCG@10" in problems
-    assert next(r for r in recs if r.source == "seed 004").modes == ["A"]
+    assert next(r for r in recs if r.source == "question length").modes == ["A"]
 
 
 def test_all_targets_met() -> None:

@@ -33,7 +33,7 @@ from monitor.golden.answers import (
 )
 from monitor.golden.client import ServiceClient, ServiceError, read_doc_ids
 from monitor.golden.config import (
-    SEED_RETRIEVAL_TARGETS,
+    DEFAULT_RETRIEVAL_TARGETS,
     GoldenConfig,
     ServiceConfig,
     SuiteConfig,
@@ -192,7 +192,7 @@ def test_admits_not_knowing(answer: str) -> None:
 @pytest.mark.parametrize(
     "answer",
     [
-        # seed 001's indicators would accept these ("context", "provided", "cannot")
+        # a list of indicator words would accept these ("context", "provided", "cannot")
         "Based on the provided context, the capital of France is Paris.",
         "The context says Python cannot be compiled ahead of time.",
         "Pythonは高水準のプログラミング言語です。",
@@ -427,7 +427,7 @@ def _suite(**overrides: Any) -> dict[str, Any]:
 
 def test_config_defaults_follow_the_seed() -> None:
     suite = SuiteConfig.model_validate(_suite())
-    assert suite.targets == SEED_RETRIEVAL_TARGETS
+    assert suite.targets == DEFAULT_RETRIEVAL_TARGETS
     assert suite.cutoffs == [5, 10, 30] and suite.effective_top_k == 30
     assert list(suite.modes) == ["default"] and suite.effective_baseline == "default"
     assert suite.effective_primary_metric == "ndcg_5"

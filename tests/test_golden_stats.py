@@ -13,8 +13,8 @@ import math
 import pytest
 
 from monitor.golden.stats import (
-    SEED_ALPHA,
-    SEED_MIN_EFFECT,
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_EFFECT,
     Agreement,
     cohens_d_paired,
     cohens_kappa,
@@ -46,7 +46,7 @@ def test_paired_t_test_not_significant() -> None:
     assert result.n == 3 and result.df == 2 and result.mean_diff == 2.0
     assert result.t_statistic == pytest.approx(3.4641016, abs=1e-7)
     assert result.p_value == pytest.approx(0.0741799, abs=1e-7)
-    assert result.alpha == SEED_ALPHA == 0.05
+    assert result.alpha == DEFAULT_ALPHA == 0.05
     assert result.significant is False
     assert result.reason is None
 
@@ -98,7 +98,7 @@ def test_cohens_d_paired() -> None:
     result = cohens_d_paired([0.0, 0.0, 0.0], [1.0, 2.0, 3.0])
     assert result.d == pytest.approx(2.0)
     assert result.sd_diff == pytest.approx(1.0)
-    assert result.threshold == SEED_MIN_EFFECT == 0.3
+    assert result.threshold == DEFAULT_MIN_EFFECT == 0.3
     assert result.meets_threshold is True
 
 
@@ -212,7 +212,7 @@ def test_pearson_n4() -> None:
 
 
 def test_pearson_n3_negative() -> None:
-    # like seed 004 (longer queries, lower nDCG): x = 1 2 3, y = 4 1 2 (mean 7/3)
+    # longer queries, lower nDCG: x = 1 2 3, y = 4 1 2 (mean 7/3)
     # dx = -1 0 1; dy = 5/3 -4/3 -1/3; sum dx dy = -5/3 - 1/3 = -2; sum dx^2 = 2;
     # sum dy^2 = (25 + 16 + 1) / 9 = 42/9 -> r = -2 / sqrt(2 * 42/9) = -0.6546537
     # t = r / sqrt(1 - r^2) = -0.8660254; df = 1: p = 1 - (2/pi) atan(0.8660254) = 0.5456289

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.evaluate.heuristic import HeuristicEvaluator, is_refusal_statement
-from monitor.models import Context, EvaluationResult, Trace
+from monitor.models import Context, EvaluationResult, Score, Trace
 from tests.support.dev_data import dev_data_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_number_written_differently_is_still_supported() -> None:
 
 def test_one_invented_date_in_a_long_answer_is_not_averaged_away() -> None:
     """The lower quartile ignores one weak statement among five; an invented year is not a weak
-    fragment, so it still pulls the answer's support down (halfway to that statement)."""
+    fragment: the grounding model counts it apart, so it still pulls the answer's support down."""
     grounded = [
         "The Lumen Bridge is in Harwick.",
         "It spans 420 metres across the Tamsin River.",
@@ -137,7 +137,7 @@ def test_one_invented_date_in_a_long_answer_is_not_averaged_away() -> None:
     bad = EV.evaluate(make_trace(BRIDGE_Q, BRIDGE, " ".join([*grounded, "It opened in 2004."])))
     assert "unsupported_entities" in bad.flags
     weakest = min(v.support or 0.0 for v in bad.statements)
-    assert value(bad, "support") < value(good, "support") - 0.2
+    assert value(bad, "support") < value(good, "support") - 0.1
     assert weakest < value(bad, "support") < value(good, "support")
     # Japanese: an invented year in a three-sentence answer
     ja_good = EV.evaluate(
@@ -403,11 +403,12 @@ def test_fast_on_a_typical_trace() -> None:
 
 # --- measured quality on the development data (data/) -----------------------------------------
 
-# bench/detect.py on dev_en.jsonl + dev_ja.jsonl reached (support score): macro AUROC 0.880 over
-# the six (dataset, task_type) groups, 0.854 on dev_en, 0.894 on dev_ja. The floors leave a
-# small margin for harmless changes; a real regression fails.
-MACRO_AUROC_FLOOR = 0.84
-FILE_AUROC_FLOOR = {"dev_en.jsonl": 0.82, "dev_ja.jsonl": 0.86}
+# bench/detect.py (grouped 5-fold cross-validation by source, 3 repeats) measured tier 0's
+# support at a macro AUROC of 0.880 over the six (dataset, task) groups, every group at 0.80 or
+# more, against 0.830 for the naive token-overlap baseline. The floors leave a margin for
+# harmless changes and the variance of one repeat; a real regression fails.
+MACRO_AUROC_FLOOR = 0.85
+GROUP_AUROC_FLOOR = 0.76
 
 
 def _load_bench() -> ModuleType:
@@ -428,17 +429,21 @@ def test_auroc_ranks_with_ties_averaged() -> None:
     assert math.isnan(bench.auroc([0.1, 0.2], [True, True]))
 
 
-def test_detection_quality_on_dev_data_does_not_regress() -> None:
-    data_dir = dev_data_path("hallucination")
-    for name in FILE_AUROC_FLOOR:
+def test_detection_quality_under_cross_validation_does_not_regress() -> None:
+    for name in ("dev_en.jsonl", "dev_ja.jsonl"):
         dev_data_path("hallucination", name)
     bench = _load_bench()
-    report = bench.evaluate(bench.load_items(data_dir))
-    assert report.macro["support"] >= MACRO_AUROC_FLOOR, report.macro
-    for name, floor in FILE_AUROC_FLOOR.items():
-        assert report.files[name]["support"] >= floor, (name, report.files[name])
-    # and it beats the plain token-overlap baseline
-    assert report.macro["support"] > report.macro["baseline"] + 0.03
+    report = bench.cross_validate(
+        bench.load_items(dev_data_path("hallucination")), repeats=1, n_boot=0
+    )
+    assert report.macro.mean["support"] >= MACRO_AUROC_FLOOR, report.macro
+    for group, row in report.groups.items():
+        assert row.mean["support"] >= GROUP_AUROC_FLOOR, (group, row)
+    # it beats the naive token-overlap baseline, and support is the better-ranking headline
+    assert report.macro.mean["support"] > report.macro.mean["base"] + 0.03, report.macro
+    assert report.macro.mean["support"] > report.macro.mean["faith"], report.macro
+    jhars = report.groups["JHARS / QA"]
+    assert jhars.mean["support"] > jhars.mean["base"], jhars
 
 
 def test_window_search_through_postings_matches_the_plain_scan() -> None:
@@ -468,3 +473,17 @@ def test_window_search_through_postings_matches_the_plain_scan() -> None:
         value, pos = support._best_window(index, weights, total, partial)
         assert value == pytest.approx(scanned, abs=1e-12)
         assert pos == scanned_pos
+
+
+def test_documents_without_text_leave_faithfulness_unmeasured_not_wrong() -> None:
+    """The model saw documents the trace cannot show: an answer grounded in them would look
+    invented, so faithfulness and the context scores are unmeasured, with their own reason."""
+    answer = "The Lumen Bridge opened in 1998."
+    for contexts in ([], BRIDGE):  # none with text, or some with text and some without
+        base = make_trace(BRIDGE_Q, contexts, answer)
+        res = EV.evaluate(base.model_copy(update={"contexts_without_text": 2}))
+        assert "contexts_without_text" in res.flags and "no_contexts" not in res.flags
+        for key in ("faithfulness", "support", "context_precision", "context_utilization"):
+            assert res.scores[key] == Score.unmeasured("contexts_without_text")
+        assert res.scores["answer_relevancy"].measured
+        assert res.statements == []

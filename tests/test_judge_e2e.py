@@ -110,7 +110,7 @@ async def test_a_dead_judge_opens_the_circuit_while_tier_zero_and_consumption_go
     traces = [native_trace(i, conversation_id=f"c{i}") for i in range(20)]
     await produce(kafka_broker.bootstrap, f"{topic_prefix}.in", [encode(t) for t in traces[:5]])
     await wait_for(
-        lambda: value("ragmon_judge_circuit_open", {"evaluator": "llm"}) == 1.0,
+        lambda: value("ragmon_judge_circuit_open", {"evaluator": "llm", "endpoint": "chat"}) == 1.0,
         30,
         "the circuit to open",
     )
@@ -163,5 +163,5 @@ async def test_a_dead_judge_opens_the_circuit_while_tier_zero_and_consumption_go
             30,
             "a judged trace after recovery",
         )
-        assert value("ragmon_judge_circuit_open", {"evaluator": "llm"}) == 0.0
+        assert value("ragmon_judge_circuit_open", {"evaluator": "llm", "endpoint": "chat"}) == 0.0
     assert await running.stop() == 0

@@ -165,7 +165,7 @@ async def test_scores_and_statement_verdicts(server: OpenAIServer, judge_factory
         (tin * 2.0 + tout * 8.0) / 1e6
     )
     assert sample(judge, "ragmon_judge_request_duration_seconds_count", evaluator="llm") == 2
-    assert sample(judge, "ragmon_judge_circuit_open", evaluator="llm") == 0
+    assert sample(judge, "ragmon_judge_circuit_open", evaluator="llm", endpoint="chat") == 0
     assert sample(judge, "ragmon_judge_cache_lookups_total", outcome="miss") == 1
 
 
@@ -192,6 +192,25 @@ async def test_unmeasured_without_contexts_or_answer(
     result = await judge.evaluate(trace(4, contexts=[], answer=""))
     assert server.requests == []
     assert all(result.scores[m].value is None for m in METRICS)
+
+
+async def test_documents_without_text_are_not_judged(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
+    """Documents whose text the trace does not carry: only answer relevancy is asked for, the
+    rest is unmeasured with its own reason (judging the documents that have text would call a
+    grounded answer invented)."""
+    judge: LLMJudge = judge_factory()
+    result = await judge.evaluate(trace(6).model_copy(update={"contexts_without_text": 2}))
+    assert [r.task for r in server.requests] == [REL]
+    assert (server.requests[0].data or {})["contexts"] == [], "no document is shown"
+    for metric in ("faithfulness", "context_precision", "context_relevancy"):
+        assert result.scores[metric].reason == "contexts_without_text"
+    assert result.scores["answer_relevancy"].value == 1.0
+    server.reset()
+    plain = await judge.evaluate(trace(6))  # the same trace with its text: a cache miss
+    assert FAITH in [r.task for r in server.requests]
+    assert plain.scores["faithfulness"].measured
 
 
 async def test_noncommittal_answer_and_no_claims(server: OpenAIServer, judge_factory: Any) -> None:
@@ -372,12 +391,11 @@ async def test_slow_response_times_out_unmeasured(server: OpenAIServer, judge_fa
     "bad",
     [
         Reply.malformed(),
-        Reply.truncated(),
         Reply(content={"statements": [{"statement": "x"}]}),  # schema mismatch
         Reply(content=[1, 2, 3]),  # JSON, but not an object
         Reply(content=""),
     ],
-    ids=["invalid-json", "truncated", "schema-mismatch", "not-an-object", "empty"],
+    ids=["invalid-json", "schema-mismatch", "not-an-object", "empty"],
 )
 async def test_malformed_output_retried_once_then_unmeasured(
     server: OpenAIServer, judge_factory: Any, bad: Reply
@@ -394,8 +412,21 @@ async def test_malformed_output_retried_once_then_unmeasured(
     assert result.tokens is not None and (result.tokens.input_tokens or 0) > 0  # spent all the same
 
 
+async def test_reply_cut_at_the_token_bound_is_not_retried(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
+    # Issue 17 changed this: at temperature 0 with the same max_tokens a retry is cut again.
+    server.script = lambda r: Reply.truncated() if r.task == FAITH else None
+    judge: LLMJudge = judge_factory()
+    result = await judge.evaluate(trace(1))
+    assert len(server.requests_for(FAITH)) == 1
+    assert result.scores["faithfulness"].reason == "malformed_output"
+    assert any("finish_reason=length" in e for e in result.errors)
+    assert result.scores["context_precision"].measured
+
+
 async def test_malformed_then_good_is_measured(server: OpenAIServer, judge_factory: Any) -> None:
-    server.script = _per_task({FAITH: [Reply.truncated()], REL: [Reply.malformed("nope")]})
+    server.script = _per_task({FAITH: [Reply.malformed()], REL: [Reply.malformed("nope")]})
     judge: LLMJudge = judge_factory()
     result = await judge.evaluate(trace(1))
     assert result.errors == []
@@ -451,7 +482,7 @@ async def test_circuit_opens_stops_calls_and_recovers(
     first = await judge.evaluate(trace(1))
     assert all(first.scores[m].reason == "judge_error" for m in METRICS)
     assert judge.circuit_open
-    assert sample(judge, "ragmon_judge_circuit_open", evaluator="llm") == 1
+    assert sample(judge, "ragmon_judge_circuit_open", evaluator="llm", endpoint="chat") == 1
     seen = len(server.requests)
     # the third failure opens it: both calls' first attempts and one or both retries went out
     # (a retry already in flight when the circuit opens is not recalled)
@@ -471,7 +502,7 @@ async def test_circuit_opens_stops_calls_and_recovers(
     assert recovered.errors == []
     assert all(recovered.scores[m].measured for m in METRICS)
     assert judge.client.circuit.state == "closed"
-    assert sample(judge, "ragmon_judge_circuit_open", evaluator="llm") == 0
+    assert sample(judge, "ragmon_judge_circuit_open", evaluator="llm", endpoint="chat") == 0
     assert len(server.requests) == seen + 2
 
 

@@ -1,4 +1,5 @@
-"""Fixed-value checks of the multi-turn formulas (seed 003's test plan) and constraint checks."""
+"""Fixed-value checks of the multi-turn formulas (docs/metrics.md#conversations) and constraint
+checks."""
 
 from __future__ import annotations
 

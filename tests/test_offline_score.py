@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.openai_server import OpenAIServer
+from tests.support.openai_server import OpenAIServer, Reply
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,3 +80,52 @@ def test_judge_scoring_judges_every_trace(tmp_path: Path, evaluator: str) -> Non
 def test_a_judge_evaluator_needs_an_endpoint(tmp_path: Path) -> None:
     result, _ = _score(tmp_path, "llm")
     assert result.returncode != 0 and "RAGMON_JUDGE__BASE_URL" in result.stderr
+
+
+def _judge_line(stdout: str) -> str:
+    (line,) = [x.strip() for x in stdout.splitlines() if x.strip().startswith("judge:")]
+    return line
+
+
+def test_the_summary_reports_traces_shed_for_load_by_reason(tmp_path: Path) -> None:
+    """A token budget of one token: the first trace is judged, the budget is then spent, and
+    the other five are shed (token_budget) -- the summary says so."""
+    server = OpenAIServer()
+    server.start_in_thread()
+    try:
+        result, rows = _score(
+            tmp_path,
+            "llm",
+            RAGMON_JUDGE__BASE_URL=server.url,
+            RAGMON_SAMPLING__TOKEN_BUDGET_PER_HOUR="1",
+        )
+    finally:
+        server.stop_in_thread()
+    assert result.returncode == 0, result.stderr
+    assert len([r for r in rows if r["evaluator"] == "llm"]) == 1
+    assert _judge_line(result.stdout) == (
+        "judge: 6 traces selected (sampled 1, priority 0), 0 not in the sample;"
+        " shed 5 (token_budget 5); judged 1"
+    )
+    assert result.stdout.startswith("scored 1 traces (1 rejected lines)")
+
+
+def test_the_summary_reports_traces_left_unjudged_by_reason(tmp_path: Path) -> None:
+    """A judge endpoint that fails every call: each trace is left unjudged (judge_error)."""
+    server = OpenAIServer(script=lambda received: Reply.error(500))
+    server.start_in_thread()
+    try:
+        result, _rows = _score(
+            tmp_path,
+            "llm",
+            RAGMON_JUDGE__BASE_URL=server.url,
+            RAGMON_JUDGE__MAX_RETRIES="0",
+            RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
+        )
+    finally:
+        server.stop_in_thread()
+    assert result.returncode == 0, result.stderr
+    line = _judge_line(result.stdout)
+    assert line.startswith("judge: 6 traces selected (sampled 3, priority 3)"), line
+    assert line.endswith("judged 0; left unjudged 6 (judge_error 6)"), line
+    assert "unmeasured (llm) judge_error: " in result.stdout

@@ -303,7 +303,7 @@ def test_genai_current_conventions(fmt: Fmt) -> None:
     assert (trace.usage.input_tokens, trace.usage.output_tokens) == (210, 19)
     assert trace.metadata is not None
     assert trace.metadata["system_instructions"] == "Answer only from the documents."
-    assert trace.metadata["contexts_without_text"] == 1
+    assert trace.contexts_without_text == 1
     assert trace.metadata["root_span"] == "POST /chat"
 
 
@@ -407,7 +407,7 @@ def test_genai_deprecated_indexed_attributes(fmt: Fmt) -> None:
     assert trace.model == "gpt-3.5-turbo-0125"
     assert trace.usage is not None
     assert (trace.usage.input_tokens, trace.usage.output_tokens) == (57, 12)
-    assert trace.agent == "default"
+    assert trace.agent == "rag-api", "no agent attribute: the service is the agent"
     assert trace.conversation_id is None
     assert trace.metadata is not None
     assert trace.metadata["system_instructions"] == "Use the context."
@@ -457,7 +457,9 @@ def _old_events(app: App, style: str) -> None:
 def test_genai_deprecated_prompt_forms(fmt: Fmt, style: str) -> None:
     app = App()
     _old_events(app, style)
-    trace = mapped(app, fmt)
+    assert spans_to_trace(decoded(app, fmt)) is None, "a plain LLM call is not a RAG turn"
+    trace = spans_to_trace(decoded(app, fmt), score_plain_llm_calls=True)
+    assert isinstance(trace, Trace)
     assert (trace.query, trace.answer) == (QUESTION, ANSWER)
     assert trace.contexts == []
     assert trace.model == "gpt-4"
@@ -538,7 +540,7 @@ def test_llm_span_without_content_is_a_mapping_error() -> None:
     ):
         pass
     with pytest.raises(OtlpMappingError) as caught:
-        spans_to_trace(decoded(app, "otlp_proto"))
+        spans_to_trace(decoded(app, "otlp_proto"), score_plain_llm_calls=True)
     assert caught.value.reason == "no_answer"
 
 

@@ -295,6 +295,10 @@ async def test_preconditions_are_unmeasured_without_calls(
     assert no_ctx.scores["context_precision"].reason == "no_contexts"
     assert no_ctx.scores["context_utilization"].reason == "no_contexts"
     assert no_ctx.scores["answer_relevancy"].measured
+    textless = await evaluator.evaluate(EN.model_copy(update={"contexts_without_text": 1}))
+    for name in ("faithfulness", "context_precision", "context_utilization"):
+        assert textless.scores[name].reason == "contexts_without_text"
+    assert textless.scores["answer_relevancy"].measured
     server.reset()
     empty = await evaluator.evaluate(EN.model_copy(update={"answer": "  "}))
     assert {s.reason for s in empty.scores.values()} == {"empty_answer"}

@@ -30,6 +30,7 @@ from monitor.review import (
     ANSWER_EXCERPT_CHARS,
     add_review_routes,
     excerpt,
+    group_similar,
     register,
     render_json,
     render_text,
@@ -85,13 +86,21 @@ def _result(
     )
 
 
+async def _save(
+    store: Store, result: EvaluationResult, query: str | None = None, answer: str | None = None
+) -> None:
+    """Store a result as scored when its trace happened (live traffic)."""
+    await store.save(result, query=query, answer=answer, scored_at=result.timestamp)
+
+
 async def seed(store: Store) -> None:
     """Results of three agents, ranked by faithfulness: t-worst < t-xss < t-secret < t-good.
 
     t-old is older than an hour and t-unmeasured has no faithfulness: neither is listed. The
     store holds raw text here (as with `redact.store: false`): the review redacts on its own.
     """
-    await store.save(
+    await _save(
+        store,
         _result(
             "t-worst",
             {
@@ -155,7 +164,8 @@ async def seed(store: Store) -> None:
             ),
         },
     )
-    await store.save(
+    await _save(
+        store,
         _result(
             "t-xss",
             {"faithfulness": Score.of(0.3), "answer_relevancy": Score.unmeasured("empty_answer")},
@@ -166,7 +176,8 @@ async def seed(store: Store) -> None:
         query="Show me my invoice",
         answer=XSS,
     )
-    await store.save(
+    await _save(
+        store,
         _result(
             "t-secret",
             {"faithfulness": Score.of(0.6), "context_relevancy": Score.of(0.2)},
@@ -180,7 +191,8 @@ async def seed(store: Store) -> None:
         query=f"What is the e-mail on file? It is {EMAIL}",
         answer=f"We wrote to {EMAIL}.\x1b[2J\x1b[31m terminal escape",
     )
-    await store.save(
+    await _save(
+        store,
         _result(
             "t-good",
             {"faithfulness": Score.of(0.95), "context_relevancy": Score.of(0.9)},
@@ -191,12 +203,14 @@ async def seed(store: Store) -> None:
         query="What are your opening hours?",
         answer="We open at 9 am.",
     )
-    await store.save(
+    await _save(
+        store,
         _result("t-old", {"faithfulness": Score.of(0.0)}, minutes_ago=180),
         query="old",
         answer="old",
     )
-    await store.save(
+    await _save(
+        store,
         _result("t-unmeasured", {"faithfulness": Score.unmeasured("refusal")}),
         query="q",
         answer="I cannot answer that.",
@@ -290,7 +304,7 @@ async def test_text_listing_is_worst_first_and_readable(store: Store) -> None:
     text = render_text(await worst_answers(store, since), since=since)
     positions = [text.index(f"trace {t}") for t in ("t-worst", "t-xss", "t-secret", "t-good")]
     assert positions == sorted(positions), text
-    assert text.startswith("4 worst answers by faithfulness since ")
+    assert text.startswith("4 worst answers by faithfulness scored since ")
     assert "#1  faithfulness 0.10  |  agent support-bot  |  heuristic" in text
     for claim in WORST_CLAIMS:
         assert claim in text
@@ -316,6 +330,9 @@ async def test_json_document_shape(store: Store) -> None:
         "agent",
         "evaluator",
         "timestamp",
+        "scored_at",
+        "count",
+        "similar",
         "conversation_id",
         "turn",
         "metric",
@@ -527,7 +544,15 @@ async def test_page_filters_and_bad_parameters(http: tuple[str, aiohttp.ClientSe
         base + "/review.json", params={"since": two_hours_ago}, headers=auth
     ) as response:
         assert response.status == 200 and (await response.json())["count"] == 4
-    for query in ("since=soon", "metric=bogus", "worst=0", "worst=abc", "worst=10000"):
+    for query in (
+        "since=soon",
+        "metric=bogus",
+        "worst=0",
+        "worst=abc",
+        "worst=10000",
+        "time=never",
+        "group=2",
+    ):
         async with session.get(f"{base}/review?{query}", headers=auth) as response:
             assert response.status == 400, query
             assert 'class="error"' in await response.text()
@@ -666,3 +691,131 @@ def grafana_panel_sql() -> str:
     match = re.search(r"```sql\n(.*?)```", section, re.S)
     assert match, "docs/review.md has the panel query in a sql block"
     return match.group(1)
+
+
+# ------------------------------------------------------- processing time and near-identical
+
+
+def test_near_identical_answers_group_but_different_facts_do_not() -> None:
+    base = (
+        "The Aurora kettle holds 1.7 litres and switches itself off when the water boils. "
+        "It also comes with a lifetime guarantee on every part."
+    )
+    answers = [
+        base,
+        base.replace("  ", " ").upper(),  # case and spacing only
+        base.replace("every part", "every parts"),  # one letter in a long answer
+        "The warranty is 2 years.",
+        "The warranty is 5 years.",  # a different fact in a short answer stays apart
+        None,  # not stored: its own entry
+        base,  # the same text from another evaluator: kept apart
+        "オーロラ電気ケトルの容量は1.7リットルです。沸騰すると自動で電源が切れます。",
+        "オーロラ電気ケトルの容量は1.7リットルです。沸騰すると自動で電源が切れます！",
+    ]
+    evaluators = ["heuristic"] * 6 + ["llm"] + ["heuristic"] * 2
+    assert group_similar(answers, evaluators) == [[0, 1, 2], [3], [4], [5], [6], [7, 8]]
+
+
+async def _many_copies(store: Store) -> None:
+    """20 copies of one bad answer (as the demo's canary writes) and three other answers."""
+    answer = "It holds 1.7 litres. It also comes with a lifetime guarantee on every part."
+    for i in range(20):
+        await store.save(
+            _result(
+                f"copy-{i:02d}",
+                {"faithfulness": Score.of(0.5 - i / 100)},
+                agent="support-bot-canary" if i % 2 else "support-bot",
+                minutes_ago=1,
+            ),
+            query="How big is the Aurora kettle?",
+            answer=answer,
+        )
+    for i, text in enumerate(("Refunds take 90 days.", "It opens at 6 am.", "Parking is free.")):
+        await store.save(
+            _result(f"other-{i}", {"faithfulness": Score.of(0.6 + i / 100)}, minutes_ago=1),
+            query="q",
+            answer=text,
+        )
+
+
+async def test_near_identical_answers_are_listed_once_with_a_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'copies.db'}"
+    store = await Store.open(url)
+    try:
+        await _many_copies(store)
+        items = await worst_answers(store, _since(), limit=4)
+        assert [(i.trace_id, i.count) for i in items] == [
+            ("copy-19", 20),
+            ("other-0", 1),
+            ("other-1", 1),
+            ("other-2", 1),
+        ]
+        similar = items[0].similar
+        assert similar is not None
+        assert similar.trace_ids[:2] == ["copy-18", "copy-17"] and len(similar.trace_ids) == 10
+        assert similar.agents == ["support-bot", "support-bot-canary"]
+        assert (similar.score_min, similar.score_max) == pytest.approx((0.31, 0.5))
+        ungrouped = await worst_answers(store, _since(), limit=4, group=False)
+        assert [i.trace_id for i in ungrouped] == ["copy-19", "copy-18", "copy-17", "copy-16"]
+
+        text = render_text(items, since=_since())
+        assert "19 near-identical answers folded into them" in text.splitlines()[0]
+        assert "20 near-identical answers (scores 0.31-0.50" in text
+
+        async with serve_review(lambda: store, None) as base, aiohttp.ClientSession() as session:
+            async with session.get(base + "/review.json?worst=4") as response:
+                document = await response.json()
+            async with session.get(base + "/review?worst=4") as response:
+                html = await response.text()
+            async with session.get(base + "/review.json?worst=4&group=0") as response:
+                ungrouped_json = await response.json()
+        assert [(i["trace_id"], i["count"]) for i in document["items"]][:2] == [
+            ("copy-19", 20),
+            ("other-0", 1),
+        ]
+        assert document["items"][0]["similar"]["count"] == 20 and document["group"] is True
+        assert re.findall(r'class="fold" data-count="(\d+)"', html) == ["20"]
+        assert "19 near-identical answers folded in" in re.sub(r"<[^>]+>", "", html)
+        assert [i["count"] for i in ungrouped_json["items"]] == [1, 1, 1, 1]
+    finally:
+        await store.close()
+    capsys.readouterr()  # the store's own log lines so far
+    with structlog.testing.capture_logs():
+        settings = Settings(store={"url": url})
+        assert await run_cli(_cli_args("--worst", "2", "--json"), settings) == 0
+        assert [i["count"] for i in json.loads(capsys.readouterr().out)["items"]] == [20, 1]
+        assert await run_cli(_cli_args("--worst", "2", "--no-group"), settings) == 0
+        assert "near-identical" not in capsys.readouterr().out
+
+
+async def test_since_counts_from_when_answers_were_scored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay of traces from days ago is found right after it ran; --time trace filters on
+    the traces' own timestamps instead."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'replay.db'}"
+    store = await Store.open(url)
+    try:
+        await store.save(
+            _result("replayed", {"faithfulness": Score.of(0.2)}, minutes_ago=3 * 24 * 60),
+            query="q",
+            answer="a",
+        )
+        assert [i.trace_id for i in await worst_answers(store, _since())] == ["replayed"]
+        assert await worst_answers(store, _since(), time="trace") == []
+        with pytest.raises(ValueError, match="time must be one of"):
+            await worst_answers(store, _since(), time="wall")
+    finally:
+        await store.close()
+    capsys.readouterr()  # the store's own log lines so far
+    with structlog.testing.capture_logs():
+        settings = Settings(store={"url": url})
+        assert await run_cli(_cli_args("--since", "10m"), settings) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("1 worst answers by faithfulness scored since ")
+        assert await run_cli(_cli_args("--since", "10m", "--time", "trace"), settings) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("No scored answers with trace time since ")
+        assert "--time scored" in out

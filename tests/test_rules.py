@@ -111,6 +111,7 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "RagmonFaithfulnessLow",
         "RagmonAnswerRelevancyLow",
         "RagmonContextRelevancyLow",
+        "RagmonTier0SupportDrop",
         "RagmonHallucinationRateHigh",
         "RagmonHallucinationRateRising",
         "RagmonConstraintDriftHigh",
@@ -145,6 +146,26 @@ def test_quality_alerts_are_multi_window_with_a_minimum_sample_count() -> None:
         assert "agent:ragmon_evaluation_score_ratio:mean6h{" in expr
         assert expr.count(f"< {threshold}") == 2
         assert re.search(r"agent:ragmon_evaluation_score_ratio_count:increase1h\{.*\} >= 20", expr)
+
+
+def test_tier0_alert_pages_without_a_judge_against_the_agents_own_baseline() -> None:
+    """It reads tier 0's support only (present without a judge), compares each agent's last
+    hour with its own 7 days before, and needs samples in both windows."""
+    (rule,) = [r for r in alert_rules() if r["alert"] == "RagmonTier0SupportDrop"]
+    expr = rule["expr"]
+    assert "agent:ragmon_tier0_support:mean7d_1h_ago - agent:ragmon_tier0_support:mean1h" in expr
+    assert "clamp_min(3 * agent:ragmon_tier0_support:spread1h_7d_1h_ago, 0.1)" in expr
+    assert "agent:ragmon_tier0_support_count:increase1h >= 50" in expr
+    assert "agent:ragmon_tier0_support_count:increase7d_1h_ago >= 500" in expr
+    recorded = {r["record"]: r["expr"] for r in recording_rules()}
+    for name in (
+        "agent:ragmon_tier0_support:mean1h",
+        "agent:ragmon_tier0_support:mean7d_1h_ago",
+        "agent:ragmon_tier0_support_count:increase1h",
+    ):
+        assert 'metric="support", evaluator="heuristic"' in recorded[name], name
+        assert "llm" not in recorded[name]
+    assert "[7d] offset 1h" in recorded["agent:ragmon_tier0_support:mean7d_1h_ago"]
 
 
 def _unit_test_cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -223,6 +244,7 @@ def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
                 "quality": {"evaluators": "llm", "minSamples": 50, "for": "30m"},
                 "faithfulness": {"threshold": 0.9, "severity": "warning"},
                 "drift": {"enabled": False},
+                "tier0Support": {"minDrop": 0.2, "sigmas": 4, "minSamples": 100},
                 "golden": {"targets": {"mrr": 0.75}, "maxAgeSeconds": 7200},
                 "judge": {"errorRatio": 0.05},
                 "daemonDown": {"selector": 'job="ragmon", namespace="rag"'},
@@ -245,6 +267,12 @@ def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
     assert 'metric="mrr"}) < 0.75' in rules["RagmonGoldenBelowTarget"]["expr"]
     assert "> 7200" in rules["RagmonGoldenStale"]["expr"]
     assert "> 0.05" in rules["RagmonJudgeErrorRateHigh"]["expr"]
+    tier0 = rules["RagmonTier0SupportDrop"]["expr"]
+    assert "clamp_min(4 * agent:ragmon_tier0_support:spread1h_7d_1h_ago, 0.2)" in tier0
+    assert "increase1h >= 100" in tier0
+    assert rules["RagmonTier0SupportDrop"]["annotations"]["review_url"].endswith(
+        "metric=support&since=1h"
+    )
     assert 'up{job="ragmon", namespace="rag"} == 0' in rules["RagmonDaemonDown"]["expr"]
     # Custom values still give valid rules.
     path = tmp_path / "custom.yaml"
@@ -253,3 +281,30 @@ def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
         [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_demo_rules_are_the_charts_rules_with_short_windows() -> None:
+    """monitor/demo/prometheus_rules.yaml is generated from the same template (rules/render.py),
+    valid for promtool, and differs from the production rules only in durations, minimum
+    counts and labels -- never in thresholds or which rules exist."""
+    render = _render_module()
+    demo_file = ROOT / "monitor" / "demo" / "prometheus_rules.yaml"
+    assert demo_file.read_text(encoding="utf-8") == render.render_demo(), (
+        "monitor/demo/prometheus_rules.yaml is stale: run python rules/render.py"
+    )
+    result = subprocess.run(
+        [promtool(), "check", "rules", str(demo_file)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    demo = {r.get("alert") or r["record"]: r for g in groups(demo_file) for r in g["rules"]}
+    production = {r.get("alert") or r["record"]: r for r in recording_rules() + alert_rules()}
+    assert demo.keys() == production.keys()
+    # Windows, offsets, minimum counts and golden.maxAgeSeconds may differ; thresholds may not.
+    windows = re.compile(
+        r"\[\d+[smhd](?::[^\]]*)?\]|offset \d+[smhd]|>= \d+|(?<=> )\d{3,}(?![.\d])"
+    )
+    for name, rule in production.items():
+        assert windows.sub("", demo[name]["expr"]) == windows.sub("", rule["expr"]), name
+    hallucination = demo["RagmonHallucinationRateHigh"]
+    assert hallucination["for"] == "1m" and "[1h]" not in hallucination["expr"]
+    assert hallucination["labels"]["rendering"] == "demo"

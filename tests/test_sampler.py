@@ -57,3 +57,13 @@ def test_traces_the_lowered_rate_drops_are_told_apart_from_ordinary_skips() -> N
     assert sampler.decide(trace(lowered[0]), tier0(support=0.1)) == "priority"
     sampler.observe_queue(10, now=20.0)  # under 1/4: recover step by step
     assert sampler.effective_rate("default") == 0.25 * 1.25
+
+
+def test_documents_without_text_are_no_priority_for_the_judge() -> None:
+    """A trace without contexts is judged first (retrieval may have failed); one whose
+    documents merely carry no text is not: the judge could not check them either."""
+    sampler = Sampler(SamplingConfig(rate=0.0))
+    bare = trace("c-1").model_copy(update={"contexts": []})
+    assert sampler.decide(bare, tier0()) == "priority"
+    textless = bare.model_copy(update={"contexts_without_text": 3})
+    assert sampler.decide(textless, tier0()) == "skipped"

@@ -89,3 +89,65 @@ async def test_worst_accepts_only_known_metrics(tmp_path: Path, metric: str) -> 
             await store.worst(datetime.now(UTC), metric="trace_id; DROP TABLE x")
     finally:
         await store.close()
+
+
+async def _migrates_a_version_1_database(url: str) -> None:
+    """A database written before `scored_at` existed gains the column (and keeps its rows);
+    rows from before the column have none, and the review falls back to their trace time."""
+    from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, Text, text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    old = MetaData()
+    Table(
+        "evaluation_results",
+        old,
+        Column("trace_id", String(256), primary_key=True),
+        Column("evaluator", String(32), primary_key=True),
+        Column("conversation_id", String(256), index=True),
+        Column("turn", Integer),
+        Column("agent", String(128), index=True),
+        Column("timestamp", DateTime(timezone=True), index=True),
+        Column("faithfulness", Float),
+        Column("answer_relevancy", Float),
+        Column("context_precision", Float),
+        Column("query", Text),
+        Column("answer", Text),
+        Column("result", Text, nullable=False),
+    )
+    engine = create_async_engine(url)
+    async with engine.begin() as conn:
+        await conn.run_sync(old.create_all)
+        await conn.execute(text("CREATE TABLE ragmon_schema (version INTEGER NOT NULL)"))
+        await conn.execute(text("INSERT INTO ragmon_schema (version) VALUES (1)"))
+        row = _result("before", 0.2)
+        await conn.execute(
+            text(
+                "INSERT INTO evaluation_results (trace_id, evaluator, agent, timestamp,"
+                " faithfulness, result) VALUES (:t, 'heuristic', 'a', :ts, 0.2, :r)"
+            ),
+            {"t": "before", "ts": row.timestamp, "r": row.model_dump_json()},
+        )
+    await engine.dispose()
+
+    from monitor.review import worst_answers
+
+    store = await Store.open(url)
+    try:
+        await store.save(_result("after", 0.1, minutes_ago=60 * 24 * 3))
+        hour_ago = datetime.now(UTC) - timedelta(hours=1)
+        listed = [i.trace_id for i in await worst_answers(store, hour_ago)]
+        assert listed == ["after", "before"], "scored just now; the old row by its trace time"
+        by_trace_time = [i.trace_id for i in await worst_answers(store, hour_ago, time="trace")]
+        assert by_trace_time == ["before"]
+    finally:
+        await store.close()
+    reopened = await Store.open(url)  # a second start does not migrate again
+    await reopened.close()
+
+
+async def test_sqlite_store_migrates_a_version_1_database(tmp_path: Path) -> None:
+    await _migrates_a_version_1_database(f"sqlite+aiosqlite:///{tmp_path / 'v1.db'}")
+
+
+async def test_postgresql_store_migrates_a_version_1_database(postgres_url: str) -> None:
+    await _migrates_a_version_1_database(postgres_url)

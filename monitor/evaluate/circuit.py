@@ -1,17 +1,21 @@
-"""A circuit breaker for the judge endpoint: closed -> open -> half-open -> closed.
+"""A circuit breaker for a judge endpoint: closed -> open -> half-open -> closed.
 
 - **closed**: requests flow; `failure_threshold` consecutive failures open the circuit.
 - **open**: no request is made for `reset_seconds`.
 - **half-open**: after that, exactly one request (the probe) is let through; its success closes
-  the circuit, its failure opens it again for another `reset_seconds`.
+  the circuit, its failure opens it again for another `reset_seconds`. Callers that arrive while
+  the probe is out wait for its verdict (:meth:`CircuitBreaker.admit`) instead of failing: after
+  a server restart the traces that came in during the probe are judged, not marked
+  ``circuit_open``.
 
 A failure is an attempt that says the endpoint is unusable (connection refused or reset, timeout,
-5xx, 401/403/404); the caller decides. Any other answer (200, 429, 400) counts as a success: the
-endpoint is up. Not thread-safe; meant for one asyncio loop.
+5xx, 401/403); the caller decides. Any other answer (200, 429, 400, 404/501 for an unsupported
+route) counts as a success: the endpoint is up. Not thread-safe; meant for one asyncio loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -36,6 +40,7 @@ class CircuitBreaker:
         self._failures = 0
         self._opened_at = 0.0
         self._probe_in_flight = False
+        self._probe_settled: asyncio.Event | None = None
 
     @property
     def state(self) -> CircuitState:
@@ -52,15 +57,13 @@ class CircuitBreaker:
                 self._on_change(state)
 
     def blocked(self) -> bool:
-        """True when a request now would be refused (without reserving anything)."""
-        if self._state == "open":
-            return self._clock() - self._opened_at < self.reset_seconds
-        if self._state == "half_open":
-            return self._probe_in_flight
-        return False
+        """True while the circuit is open and its reset time has not come: a request now would
+        be refused. Half-open is not blocked: a caller may probe, or wait for the probe."""
+        return self._state == "open" and self._clock() - self._opened_at < self.reset_seconds
 
     def allow(self) -> bool:
-        """Reserve one attempt: True to go ahead (the caller then reports how it went)."""
+        """Reserve one attempt without waiting: True to go ahead (the caller then reports how it
+        went); False while open, or while another caller's probe is out."""
         if self._state == "closed":
             return True
         if self._state == "open":
@@ -70,25 +73,44 @@ class CircuitBreaker:
         if self._probe_in_flight:
             return False
         self._probe_in_flight = True
+        self._probe_settled = asyncio.Event()
         return True
+
+    async def admit(self) -> bool:
+        """Reserve one attempt, waiting for an outstanding probe's verdict: True to go ahead,
+        False when the circuit is (or the probe left it) open."""
+        while True:
+            if self.allow():
+                return True
+            settled = self._probe_settled
+            if self._state != "half_open" or settled is None:
+                return False
+            await settled.wait()
 
     def record_success(self) -> None:
         self._failures = 0
-        self._probe_in_flight = False
+        self._settle_probe()
         self._set("closed")
 
     def record_failure(self) -> None:
         self._failures += 1
         if self._state == "half_open":
-            self._probe_in_flight = False
             self._open()
+            self._settle_probe()
         elif self._state == "closed" and self._failures >= self.failure_threshold:
             self._open()
 
     def abandon(self) -> None:
-        """The attempt ended without telling anything (cancelled): free the probe slot."""
+        """The attempt ended without telling anything (cancelled): free the probe slot, and let
+        one waiting caller probe instead."""
         if self._state == "half_open" and self._probe_in_flight:
-            self._probe_in_flight = False
+            self._settle_probe()
+
+    def _settle_probe(self) -> None:
+        self._probe_in_flight = False
+        settled, self._probe_settled = self._probe_settled, None
+        if settled is not None:
+            settled.set()
 
     def _open(self) -> None:
         self._opened_at = self._clock()

@@ -11,6 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from monitor.evaluate.grounding import (
+    GroundingModel,
+    answer_features,
+    load_model,
+    token_overlap,
+)
 from monitor.evaluate.support import (
     ContextIndex,
     StatementSupport,
@@ -108,13 +114,14 @@ def _strip_meta(statement: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-StatementKind = Literal["claim", "refusal", "filler"]
+StatementKind = Literal["claim", "refusal", "filler", "other_language"]
 
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    """One sentence of the answer: a claim (scored when there are contexts), a refusal, or filler
-    that claims nothing ("Sure!", "Here is the summary:")."""
+    """One sentence of the answer: a claim (scored when there are contexts), a refusal, filler
+    that claims nothing ("Sure!", "Here is the summary:"), or a claim in a language none of the
+    contexts is written in (``other_language``), which lexical matching cannot check."""
 
     text: str
     kind: StatementKind
@@ -125,31 +132,9 @@ class Statement:
         return self.support is not None and self.support.n_tokens > 0
 
 
-def lower_quartile(values: list[float]) -> float:
-    """25th percentile with linear interpolation (numpy's default): the level that three quarters
-    of the values reach. A robust minimum: one weak statement pulls it down, as it should, but
-    one mis-split fragment in a long answer does not decide alone."""
-    v = sorted(values)
-    pos = 0.25 * (len(v) - 1)
-    lo = int(pos)
-    if lo + 1 >= len(v):
-        return v[lo]
-    return v[lo] + (pos - lo) * (v[lo + 1] - v[lo])
-
-
-def answer_support(supports: list[StatementSupport]) -> float:
-    """The answer's continuous support: the lower quartile of its statement supports, pulled
-    halfway down to its weakest statement that carries hard evidence of invention -- a number,
-    date or name no context states, or a contradicted yes/no field.
-
-    The lower quartile keeps one mis-split or paraphrased fragment of a long answer from
-    deciding alone, but it also hides the one invented date in a five-sentence summary. Such a
-    statement is not a fragment: it gets half the say, however long the answer."""
-    lq = lower_quartile([s.support for s in supports])
-    hard = [s.support for s in supports if s.unsupported_entities or s.conflicts]
-    if not hard or min(hard) >= lq:
-        return lq
-    return 0.5 * (lq + min(hard))
+def _model_language(answer: str) -> str:
+    """Which of the grounding model's languages scores this answer."""
+    return "ja" if detect_language(answer) == "ja" else "en"
 
 
 def _avg_precision(useful: list[bool]) -> float:
@@ -181,18 +166,59 @@ def _is_refusal(statements: list[Statement]) -> bool:
 
 
 def _unmeasured_reason(
-    answer: str, refusal: bool, has_contexts: bool, has_claims: bool
+    answer: str,
+    refusal: bool,
+    has_contexts: bool,
+    has_claims: bool,
+    other_language: bool,
+    textless: bool = False,
 ) -> str | None:
-    """Why faithfulness and the context scores cannot be computed, or None when they can."""
+    """Why faithfulness and the context scores cannot be computed, or None when they can.
+
+    `textless`: the trace says documents reached the model whose text it does not carry; an
+    answer grounded in them would look invented, so nothing is measured rather than guessed."""
     if not answer:
         return "empty_answer"
     if refusal:
         return "refusal"
+    if textless:
+        return "contexts_without_text"
     if not has_contexts:
         return "no_contexts"
     if not has_claims:
-        return "no_claims"  # e.g. only "Yes." or filler: no content word to check
+        # every claim is in a language no context is written in: words cannot be compared
+        # across languages, so a 0 would be a false measurement
+        return "cross_language" if other_language else "no_claims"
     return None
+
+
+_LANGUAGE_SAMPLE_CHARS = 600  # enough text to tell a context's language, bounded cost
+
+
+def context_languages(contexts: list[tuple[str, str]]) -> frozenset[str]:
+    """The languages (``en``, ``ja``) the contexts are written in; empty when none can be told
+    (structured data, bare names), which makes every statement comparable."""
+    found = {detect_language(text[:_LANGUAGE_SAMPLE_CHARS]) for _, text in contexts}
+    return frozenset(found & {"en", "ja"})
+
+
+_RE_KANA = re.compile("[\u3041-\u309f\u30a0-\u30ff]")
+_RE_JAPANESE_SCRIPT = re.compile("[\u3041-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+
+
+def comparable(statement: str, languages: frozenset[str]) -> bool:
+    """Can the statement be matched word for word against contexts in `languages`? Not when it
+    is clearly English or Japanese and no context is in that language."""
+    if not languages or len(languages) > 1:
+        return True
+    # cheap cases first: kana makes a statement (at least partly) Japanese, and a statement
+    # without Japanese script cannot be Japanese
+    if "ja" in languages and _RE_KANA.search(statement):
+        return True
+    if "en" in languages and not _RE_JAPANESE_SCRIPT.search(statement):
+        return True
+    lang = detect_language(statement)
+    return lang not in ("en", "ja") or lang in languages
 
 
 class HeuristicEvaluator:
@@ -204,11 +230,12 @@ class HeuristicEvaluator:
       definition). A statement is supported when its lexical support (see
       :mod:`monitor.evaluate.support`) reaches ``params.threshold``. Refusal and filler statements
       ("Sure!", "Here is the summary:") are not claims.
-    - ``support``: continuous faithfulness, the lower quartile of the statement supports (a
-      robust minimum: one unsupported statement pulls it down), pulled halfway down to the
-      weakest statement with hard evidence of invention (see :func:`answer_support`). It
-      ranks answers by hallucination risk better than the ratio, which ties a lot on short
-      answers; use it for alert thresholds and trends (bench/detect.py measures both).
+    - ``support``: the estimated probability that the answer is grounded -- none of its claims
+      invented -- from a small learned combination of the claims' word overlap (lower quartile
+      and minimum), the numbers and names no context states, and the answer's plain token
+      overlap with the contexts (see :mod:`monitor.evaluate.grounding`). It ranks answers by
+      hallucination risk better than the ratio, which ties a lot on short answers: tier 0's
+      headline, for alerts and trends (bench/detect.py cross-validates both).
     - ``answer_relevancy``: share of the question's content terms the answer takes up (lexical
       focus); 0 for a refusal, as in ragas (a non-committal answer is not relevant).
     - ``context_precision``: average precision over the chunks in rank order, a chunk being
@@ -216,10 +243,20 @@ class HeuristicEvaluator:
       without reference, with a lexical usefulness verdict).
     - ``context_utilization``: useful chunks / all chunks.
 
-    Flags: ``no_contexts``, ``empty_answer``, ``refusal`` (the answer as a whole declines),
+    Flags: ``no_contexts``, ``contexts_without_text`` (retrieved documents whose text the trace
+    does not carry: faithfulness and the context scores are unmeasured with that reason),
+    ``empty_answer``, ``refusal`` (the answer as a whole declines),
     ``partial_refusal`` (some statements decline, others claim), ``language_mismatch`` (answer
     language differs from the question's), ``unsupported_entities`` (a number, date or name in
-    the answer appears in no context nor in the question), ``must_not_contain``.
+    the answer appears in no context nor in the question), ``must_not_contain``,
+    ``cross_language`` (some claim is in a language no context is written in).
+
+    Across languages: a claim written in English over Japanese contexts (or the reverse) shares
+    no words with them, so lexical matching cannot tell whether it is grounded. Such a claim is
+    left out -- neither supported nor unsupported, no verdict -- and when no claim is left,
+    faithfulness, support and the context scores are unmeasured with reason
+    ``cross_language``; so is answer relevancy when the answer's language differs from the
+    question's. The LLM judge, which reads both languages, is what can score such a turn.
 
     Refusals: an answer that declines ("I don't know", "情報がありません") makes no claim, so
     faithfulness, support and the context scores are unmeasured with reason ``"refusal"``.
@@ -234,30 +271,41 @@ class HeuristicEvaluator:
         self,
         must_not_contain: Iterable[str] = (),
         params: SupportParams | None = None,
+        model: GroundingModel | None = None,
     ) -> None:
         self.must_not_contain = tuple(t for t in must_not_contain if t.strip())
         self._forbidden = tuple(normalize(t).casefold() for t in self.must_not_contain)
         self.params = params or SupportParams()
+        self.model = model or load_model()
 
     def evaluate(self, trace: Trace) -> EvaluationResult:
         started = time.perf_counter()
         flags: list[str] = []
         contexts = _ordered(trace)
         answer = trace.answer.strip()
-        if not contexts:
+        textless = bool(trace.contexts_without_text)
+        if textless:
+            flags.append("contexts_without_text")
+        elif not contexts:
             flags.append("no_contexts")
         if not answer:
             flags.append("empty_answer")
         index = self._index(contexts, trace.query) if contexts else None
-        statements = self.statements(answer, index)
+        languages = context_languages(contexts) if contexts else frozenset()
+        statements = self.statements(answer, index, languages)
         refusal = _is_refusal(statements)
         if refusal:
             flags.append("refusal")
         elif any(s.kind == "refusal" for s in statements):
             flags.append("partial_refusal")
+        other_language = not refusal and any(s.kind == "other_language" for s in statements)
+        if other_language:
+            flags.append("cross_language")
         checkable = [] if refusal else [s for s in statements if s.checkable]
 
-        reason = _unmeasured_reason(answer, refusal, bool(contexts), bool(checkable))
+        reason = _unmeasured_reason(
+            answer, refusal, bool(contexts), bool(checkable), other_language, textless
+        )
         scores: dict[str, Score] = {}
         verdicts: list[StatementVerdict] = []
         if reason is not None:
@@ -266,10 +314,10 @@ class HeuristicEvaluator:
         else:
             assert index is not None
             verdicts = [self._verdict(s, contexts) for s in checkable]
-            sup = [s.support for s in checkable if s.support is not None]
             supported = sum(1 for v in verdicts if v.supported)
             scores["faithfulness"] = Score.of(supported / len(verdicts))
-            scores["support"] = Score.of(answer_support(sup))
+            features = self._features(checkable, contexts)
+            scores["support"] = Score.of(self.model.support(_model_language(answer), features))
             useful = self._useful_chunks(checkable, index)
             scores["context_precision"] = Score.of(_avg_precision(useful))
             scores["context_utilization"] = Score.of(sum(useful) / len(useful))
@@ -299,6 +347,34 @@ class HeuristicEvaluator:
 
     # -----------------------------------------------------------------------------------------
 
+    def grounding_features(self, trace: Trace) -> tuple[str, dict[str, float]] | None:
+        """The model language and grounding evidence :attr:`model` scores `support` from, or
+        None when support is unmeasured (what bench/train_tier0.py fits the model on)."""
+        contexts = _ordered(trace)
+        answer = trace.answer.strip()
+        if not contexts or not answer:
+            return None
+        index = self._index(contexts, trace.query)
+        statements = self.statements(answer, index, context_languages(contexts))
+        if _is_refusal(statements):
+            return None
+        checkable = [s for s in statements if s.checkable]
+        if not checkable:
+            return None
+        return _model_language(answer), self._features(checkable, contexts)
+
+    @staticmethod
+    def _features(claims: list[Statement], contexts: list[tuple[str, str]]) -> dict[str, float]:
+        supports = [s.support for s in claims if s.support is not None]
+        invented = [e for sup in supports for e in sup.unsupported_entities]
+        numbers = sum(1 for e in invented if e.kind == "number")
+        return answer_features(
+            [sup.lexical for sup in supports],
+            invented_numbers=numbers,
+            invented_names=len(invented) - numbers,
+            overlap=token_overlap(" ".join(s.text for s in claims), (t for _, t in contexts)),
+        )
+
     def _index(self, contexts: list[tuple[str, str]], question: str) -> ContextIndex:
         p = self.params
         return ContextIndex.build(
@@ -308,14 +384,22 @@ class HeuristicEvaluator:
             pair_span=p.pair_span if p.pair_weight else 0,
         )
 
-    def statements(self, answer: str, index: ContextIndex | None) -> list[Statement]:
-        """The answer's sentences, each classified (claim/refusal/filler) and claims scored."""
+    def statements(
+        self,
+        answer: str,
+        index: ContextIndex | None,
+        languages: frozenset[str] = frozenset(),
+    ) -> list[Statement]:
+        """The answer's sentences, each classified (claim/refusal/filler/other_language) and
+        claims scored against the contexts (written in `languages`)."""
         out: list[Statement] = []
         for sentence in split_sentences(answer):
             if is_refusal_statement(sentence):
                 out.append(Statement(sentence, "refusal"))
             elif is_filler_statement(sentence):
                 out.append(Statement(sentence, "filler"))
+            elif not comparable(sentence, languages):
+                out.append(Statement(sentence, "other_language"))
             else:
                 sup = score_statement(_strip_meta(sentence), index, self.params) if index else None
                 out.append(Statement(sentence, "claim", sup))
@@ -361,6 +445,9 @@ class HeuristicEvaluator:
             return Score.unmeasured("empty_answer")
         if refusal:
             return Score.of(0.0)
+        asked, answered = detect_language(question), detect_language(answer)
+        if {asked, answered} <= {"en", "ja"} and asked != answered:
+            return Score.unmeasured("cross_language")  # no shared words to compare
         q = set(content_tokens(question))
         if not q:
             return Score.unmeasured("no_question_terms")

@@ -46,7 +46,11 @@ class RedactionConfig(_Section):
 class JudgeConfig(_Section):
     """An OpenAI-compatible chat endpoint (OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp)."""
 
-    enabled: bool = False
+    enabled: bool = Field(
+        default=False,
+        description="run the judge; true by itself uses the client's default endpoint "
+        "(OpenAI); setting base_url turns it on too (and then reads true)",
+    )
     backend: Literal["llm", "ragas"] = Field(
         default="llm",
         description="llm: rag-monitor's own prompts (at most 2 calls); ragas: ragas's prompts "
@@ -66,8 +70,30 @@ class JudgeConfig(_Section):
     embedding_model: str | None = Field(
         default="text-embedding-3-small",
         min_length=1,
-        description="embeddings model on the same endpoint, for semantic similarity (golden "
-        "runs, ragas); null: semantic similarity and answer correctness are unmeasured",
+        description="embeddings model, for semantic similarity (golden runs, ragas); null: "
+        "semantic similarity and answer correctness are unmeasured",
+    )
+    embedding_base_url: str | None = Field(
+        default=None,
+        description="embeddings endpoint when it is not base_url (llama.cpp serves embeddings "
+        "from a second process started with --embeddings)",
+    )
+    embedding_api_key: SecretStr | None = Field(
+        default=None,
+        description="key for embedding_base_url (api_key is never sent to another endpoint)",
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=16,
+        le=131_072,
+        description="bound on the reply of every chat call; null: per task, sized from the "
+        "task's output schema and the input (at most 4096)",
+    )
+    response_format: Literal["auto", "json_schema", "json_object"] = Field(
+        default="auto",
+        description="structured output: json_schema (strict), json_object (carrying the schema "
+        "as llama.cpp servers take it), or auto: json_schema, falling back once on a rejection "
+        "that names the response format, remembered",
     )
     timeout_seconds: float = Field(default=30.0, gt=0)
     max_retries: int = Field(default=4, ge=0, le=20)
@@ -85,7 +111,7 @@ class JudgeConfig(_Section):
     seed: int | None = 7
     redaction: RedactionConfig = Field(default_factory=RedactionConfig)
 
-    @field_validator("base_url")
+    @field_validator("base_url", "embedding_base_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
@@ -101,6 +127,10 @@ class JudgeConfig(_Section):
             raise ValueError(
                 "azure_api_version needs base_url (the Azure OpenAI resource endpoint)"
             )
+        if self.base_url is not None:
+            # Setting an endpoint turns the judge on: say so in the effective configuration
+            # (check-config), instead of showing enabled: false for a judge that runs.
+            self.enabled = True
         return self
 
     @property
@@ -115,6 +145,7 @@ class JudgeConfig(_Section):
     def secrets(self) -> list[str]:
         """Every secret value of this configuration (for scrubbing error text)."""
         out = [v.get_secret_value() for v in self.extra_headers.values()]
-        if self.api_key is not None:
-            out.append(self.api_key.get_secret_value())
+        for key in (self.api_key, self.embedding_api_key):
+            if key is not None:
+                out.append(key.get_secret_value())
         return [s for s in out if s]

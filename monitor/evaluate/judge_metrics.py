@@ -7,7 +7,7 @@
 | ``ragmon_judge_input_tokens_total``, ``ragmon_judge_output_tokens_total`` | ``evaluator`` |
 | ``ragmon_judge_cost_dollars_total`` | ``evaluator`` |
 | ``ragmon_judge_cache_lookups_total`` | ``outcome`` (hit, miss) |
-| ``ragmon_judge_circuit_open`` | ``evaluator`` |
+| ``ragmon_judge_circuit_open`` | ``evaluator``, ``endpoint`` (chat, embeddings) |
 
 ``outcome`` of a request: ok, error, timeout, rate_limited, malformed. A request is one HTTP
 chat-completions attempt: a call retried three times counts four.
@@ -27,6 +27,8 @@ REQUEST_OUTCOMES: tuple[RequestOutcome, ...] = (
     "rate_limited",
     "malformed",
 )
+Endpoint = Literal["chat", "embeddings"]
+ENDPOINTS: tuple[Endpoint, ...] = ("chat", "embeddings")
 JUDGE_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 
 
@@ -75,8 +77,8 @@ class JudgeMetrics:
         )
         self.circuit_open = Gauge(
             "ragmon_judge_circuit_open",
-            "1 while the judge's circuit breaker is open (calls are not made).",
-            ["evaluator"],
+            "1 while the judge's circuit breaker is open (calls are not made), per endpoint.",
+            ["evaluator", "endpoint"],
             registry=r,
         )
         for outcome in ("hit", "miss"):
@@ -90,7 +92,8 @@ class JudgeMetrics:
         self.input_tokens.labels(evaluator=evaluator)
         self.output_tokens.labels(evaluator=evaluator)
         self.cost.labels(evaluator=evaluator)
-        self.circuit_open.labels(evaluator=evaluator).set(0)
+        for endpoint in ENDPOINTS:
+            self.circuit_open.labels(evaluator=evaluator, endpoint=endpoint).set(0)
 
     def request(self, evaluator: str, outcome: RequestOutcome, seconds: float) -> None:
         self.requests.labels(evaluator=evaluator, outcome=outcome).inc()
@@ -107,5 +110,5 @@ class JudgeMetrics:
     def cache(self, hit: bool) -> None:
         self.cache_lookups.labels(outcome="hit" if hit else "miss").inc()
 
-    def circuit(self, evaluator: str, is_open: bool) -> None:
-        self.circuit_open.labels(evaluator=evaluator).set(1 if is_open else 0)
+    def circuit(self, evaluator: str, is_open: bool, endpoint: Endpoint = "chat") -> None:
+        self.circuit_open.labels(evaluator=evaluator, endpoint=endpoint).set(1 if is_open else 0)

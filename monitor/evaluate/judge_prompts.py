@@ -4,12 +4,12 @@ Call budget per judged trace: at most two chat calls, run concurrently.
 
 1. ``ragmon_faithfulness``: the answer is broken into atomic statements and each gets a verdict
    (supported by the numbered contexts or not, with the best evidence context and a reason).
-   faithfulness = supported statements / all statements (ragas's definition, seed 002).
+   faithfulness = supported statements / all statements (ragas's definition).
 2. ``ragmon_relevance``: the question's aspects and whether the answer addresses each (answer
    relevancy = addressed / all, 0 for a non-committal answer, as ragas scores it), and per
    context whether it was useful in arriving at the answer (context precision = rank-weighted
    average precision of those verdicts) and which of its numbered sentences are needed to answer
-   the question (context relevancy = needed sentences / all sentences, seed 002's definition).
+   the question (context relevancy = needed sentences / all sentences; docs/metrics.md).
 
 A third call type, ``ragmon_turn``, judges one turn of a conversation (constraints, newly stated
 or withdrawn user constraints, outcome scores 0-10); it is made only when asked.
@@ -27,6 +27,8 @@ Scores are computed here from verdicts (ratios), never asked of the model as a n
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
@@ -53,12 +55,51 @@ class MalformedOutput(ValueError):
     """The judge's reply does not fit the task's schema (or refers to things it was not shown)."""
 
 
+MIN_REPLY_TOKENS = 256
+MAX_REPLY_TOKENS = 4096
+
+
 @dataclass(frozen=True)
 class Prompt:
     task: TaskName
     system: str
     user: str
     schema: dict[str, Any]
+    max_tokens: int = MAX_REPLY_TOKENS  # bound on the reply (see :func:`reply_tokens`)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reply size: every call is bounded, because a server generates until its context is full when
+# the request does not say otherwise (a small model repeating an array fills 8k tokens).
+
+_TEXT_TOKENS = 48  # a statement or a one-sentence reason
+_LABEL_TOKENS = 6  # an id ("C1"), an enum value, a number, a boolean
+_KEY_TOKENS = 4  # a property name with its quotes and colon
+_SHORT_TEXT_FIELDS = frozenset({"id", "evidence"})
+
+
+def reply_tokens(schema: Mapping[str, Any], items: Mapping[str, int]) -> int:
+    """The reply budget of a task, sized from its output schema: every property costs its key,
+    a free-text string about one sentence, labels and scalars a few tokens, and an array its
+    item times the expected number of items (`items`, by property name; 1 when not given).
+    A quarter on top, rounded up to 64, within [MIN_REPLY_TOKENS, MAX_REPLY_TOKENS]."""
+
+    def size(node: Mapping[str, Any], name: str) -> float:
+        if "anyOf" in node:
+            return max(size(option, name) for option in node["anyOf"])
+        kind = node.get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if "object" in kinds:
+            props: Mapping[str, Any] = node.get("properties", {})
+            return 2 + sum(_KEY_TOKENS + size(sub, key) for key, sub in props.items())
+        if "array" in kinds:
+            return 2 + max(0, items.get(name, 1)) * (1 + size(node.get("items", {}), name))
+        if "string" in kinds and "enum" not in node and name not in _SHORT_TEXT_FIELDS:
+            return _TEXT_TOKENS
+        return _LABEL_TOKENS
+
+    budget = math.ceil(size(schema, "") * 1.25 / 64) * 64
+    return max(MIN_REPLY_TOKENS, min(MAX_REPLY_TOKENS, budget))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,9 +478,11 @@ _TASKS: dict[TaskName, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-def build_prompt(task: TaskName, language: PromptLanguage, data: str) -> Prompt:
+def build_prompt(
+    task: TaskName, language: PromptLanguage, data: str, items: Mapping[str, int]
+) -> Prompt:
     en, ja, schema = _TASKS[task]
-    return compose_prompt(task, language, (en, ja), schema, data)
+    return compose_prompt(task, language, (en, ja), schema, data, items)
 
 
 def compose_prompt(
@@ -448,27 +491,48 @@ def compose_prompt(
     instructions: tuple[str, str],
     schema: dict[str, Any],
     data: str,
+    items: Mapping[str, int],
 ) -> Prompt:
     """A judge prompt: the shared injection-resistant preamble, the task's instructions
-    (``(english, japanese)``) and `data` (already serialised with :func:`dump_data`)."""
+    (``(english, japanese)``) and `data` (already serialised with :func:`dump_data`); its reply
+    bound is sized from `schema` with `items` expected entries per array property."""
     en, ja = instructions
     if language == "ja":
         system, tail = f"{_JA_PREAMBLE}\n\n{ja}", _JA_TAIL
     else:
         system, tail = f"{_EN_PREAMBLE}\n\n{en}", _EN_TAIL
-    return Prompt(task=task, system=system, user=f"<data>\n{data}\n</data>\n{tail}", schema=schema)
+    return Prompt(
+        task=task,
+        system=system,
+        user=f"<data>\n{data}\n</data>\n{tail}",
+        schema=schema,
+        max_tokens=reply_tokens(schema, items),
+    )
+
+
+def expected_statements(text: str) -> int:
+    """How many atomic statements a text is expected to break into: two per sentence."""
+    return max(1, 2 * len([s for s in split_sentences(text) if s.strip()]))
 
 
 def faithfulness_prompt(inp: JudgeInput) -> Prompt:
-    return build_prompt("ragmon_faithfulness", inp.language, inp.data())
+    items = {"statements": expected_statements(inp.answer)}
+    return build_prompt("ragmon_faithfulness", inp.language, inp.data(), items)
 
 
 def relevance_prompt(inp: JudgeInput) -> Prompt:
-    return build_prompt("ragmon_relevance", inp.language, inp.data())
+    items = {
+        "aspects": min(8, 1 + expected_statements(inp.question)),
+        "contexts": len(inp.contexts),
+        "relevant_sentences": max((len(c.sentences) for c in inp.contexts), default=1),
+    }
+    return build_prompt("ragmon_relevance", inp.language, inp.data(), items)
 
 
 def turn_prompt(inp: TurnInput) -> Prompt:
-    return build_prompt("ragmon_turn", inp.language, inp.data())
+    constraints = len(inp.constraints)
+    items = {"verdicts": constraints, "withdrawn": constraints, "new_constraints": 3, "value": 3}
+    return build_prompt("ragmon_turn", inp.language, inp.data(), items)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ answer and the contexts. The judge returns
 - ``reference_sentences``: per numbered reference sentence, ``in_answer`` (false = ``FN``) and
   ``in_contexts`` (the sentence can be attributed to the contexts).
 
-From those verdicts (seed 002, ragas's definitions):
+From those verdicts (ragas's definitions; docs/metrics.md#reference-scores):
 
 - statement F1 = TP / (TP + 0.5 * (FP + FN)), 0 when TP = 0;
 - answer correctness = 0.75 * F1 + 0.25 * semantic similarity (the similarity is the cosine of
@@ -33,12 +33,13 @@ from monitor.evaluate.judge_prompts import (
     PromptLanguage,
     compose_prompt,
     dump_data,
+    expected_statements,
     norm_label,
     validate_reply,
 )
 from monitor.evaluate.text import split_sentences
 
-CORRECTNESS_WEIGHTS = (0.75, 0.25)  # statement F1, semantic similarity (seed 002)
+CORRECTNESS_WEIGHTS = (0.75, 0.25)  # statement F1, semantic similarity
 
 REFERENCE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -144,12 +145,17 @@ class ReferenceInput:
 
 
 def reference_prompt(inp: ReferenceInput) -> Prompt:
+    items = {
+        "answer_statements": expected_statements(inp.answer),
+        "reference_sentences": len(inp.reference_sentences),
+    }
     return compose_prompt(
         "ragmon_reference",
         inp.language,
         (_EN_REFERENCE, _JA_REFERENCE),
         REFERENCE_SCHEMA,
         inp.data(),
+        items,
     )
 
 
@@ -216,7 +222,7 @@ class ReferenceVerdicts:
 
 
 def answer_correctness(statement_f1: float, semantic_similarity: float) -> float:
-    """Seed 002's weighted mean: 0.75 * F1 + 0.25 * similarity."""
+    """Answer correctness: 0.75 * F1 + 0.25 * similarity (docs/metrics.md)."""
     w_f1, w_sim = CORRECTNESS_WEIGHTS
     return w_f1 * statement_f1 + w_sim * semantic_similarity
 

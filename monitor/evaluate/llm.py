@@ -15,10 +15,12 @@
 
 Everything sent is redacted first (:mod:`monitor.evaluate.redaction`). A score that cannot be
 computed is unmeasured (``Score(value=None, reason=...)``), never 0 and never NaN:
-``no_contexts``, ``empty_answer``, ``no_question``, ``no_claims`` (the answer states nothing to
-check), or the call's failure: ``judge_timeout``, ``malformed_output``, ``judge_error``,
-``circuit_open``. While the circuit breaker is open, :meth:`LLMJudge.evaluate` returns at once
-with every score unmeasured ``circuit_open`` (a cached verdict is still served).
+``no_contexts``, ``contexts_without_text`` (the trace's retrieved documents carry no text:
+faithfulness and the context scores are not asked for), ``empty_answer``, ``no_question``,
+``no_claims`` (the answer states nothing to check), or the call's failure: ``judge_timeout``,
+``malformed_output``, ``judge_error``, ``circuit_open``. While the circuit breaker is open,
+:meth:`LLMJudge.evaluate` returns at once with every score unmeasured ``circuit_open`` (a cached
+verdict is still served).
 
 Cache: verdicts of a fully successful evaluation are kept (TTL + LRU) under the prompt version,
 the model and the SHA-256 of the redacted, truncated question + contexts + answer. A hit makes no
@@ -37,7 +39,7 @@ import hashlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import structlog
@@ -64,6 +66,7 @@ from monitor.evaluate.judge_prompts import (
     turn_prompt,
 )
 from monitor.evaluate.redaction import Redactor
+from monitor.evaluate.token_budget import TokenBudget
 from monitor.models import (
     Constraint,
     ConstraintVerdict,
@@ -75,6 +78,7 @@ from monitor.models import (
 )
 
 log = structlog.get_logger(__name__)
+CONTEXT_METRICS = ("faithfulness", "context_precision", "context_relevancy")
 
 METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_relevancy")
 T = TypeVar("T")
@@ -101,6 +105,19 @@ class TurnJudgement(BaseModel):
     latency_ms: float | None = None
     errors: list[str] = Field(default_factory=list)
 
+    def charged_to(self, result: EvaluationResult) -> EvaluationResult:
+        """`result` (the same trace's ``llm`` evaluation) with this turn judgement's tokens
+        added, so the result counts every token spent judging its trace."""
+        if self.tokens is None:
+            return result
+        if result.tokens is None:
+            return result.model_copy(update={"tokens": self.tokens})
+        total = Usage(
+            input_tokens=(result.tokens.input_tokens or 0) + (self.tokens.input_tokens or 0),
+            output_tokens=(result.tokens.output_tokens or 0) + (self.tokens.output_tokens or 0),
+        )
+        return result.model_copy(update={"tokens": total})
+
 
 @dataclass(frozen=True)
 class _Cached:
@@ -122,6 +139,7 @@ class LLMJudge:
         config: JudgeConfig,
         metrics: JudgeMetrics | None = None,
         *,
+        budget: TokenBudget | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
@@ -134,7 +152,7 @@ class LLMJudge:
             config.cache_ttl_seconds, config.cache_max_entries, clock=clock
         )
         self._client = JudgeClient(
-            config, self.metrics, self.name, clock=clock, sleep=sleep, rng=rng
+            config, self.metrics, self.name, budget=budget, clock=clock, sleep=sleep, rng=rng
         )
         self._clock = clock
 
@@ -144,7 +162,8 @@ class LLMJudge:
 
     @property
     def circuit_open(self) -> bool:
-        """True while a call now would be refused; False once a recovery probe may go."""
+        """True while a call now would be refused; False once a recovery probe may go (calls
+        made while the probe is out wait for its verdict)."""
         return self._client.circuit.blocked()
 
     async def aclose(self) -> None:
@@ -160,7 +179,11 @@ class LLMJudge:
             self.config.max_context_chunks,
             self.config.max_chars_per_chunk,
         )
-        key = cache_key(PROMPT_VERSION, self.config.model, inp.fingerprint())
+        textless = bool(trace.contexts_without_text)
+        if textless:  # judging the documents that have text would misjudge the answer
+            inp = replace(inp, contexts=())
+        fingerprint = inp.fingerprint() + ("\ncontexts_without_text" if textless else "")
+        key = cache_key(PROMPT_VERSION, self.config.model, fingerprint)
         if self.cache.enabled:
             cached = self.cache.get(key)
             self.metrics.cache(cached is not None)
@@ -187,11 +210,8 @@ class LLMJudge:
         faith: list[StatementVerdict] | CallFailure | None
         rel: RelevanceVerdicts | CallFailure | None
         if faith_call is not None and rel_call is not None:
-            if self._client.circuit.state == "closed":
-                faith, rel = await asyncio.gather(faith_call, rel_call)
-            else:  # half-open: the first call is the probe; the second follows its verdict
-                faith = await faith_call
-                rel = await rel_call
+            # Half-open: one is the probe; the other waits for its verdict.
+            faith, rel = await asyncio.gather(faith_call, rel_call)
         else:
             faith = await faith_call if faith_call is not None else None
             rel = await rel_call if rel_call is not None else None
@@ -218,6 +238,9 @@ class LLMJudge:
         if isinstance(rel, CallFailure):
             errors.append(f"relevance call: {rel.reason} ({rel.detail})")
         scores.update(self._relevance_scores(inp, rel))
+        if textless:
+            for metric in CONTEXT_METRICS:
+                scores[metric] = Score.unmeasured("contexts_without_text")
 
         result = self._result(trace, scores, statements, tally.usage(), started, errors)
         if not errors and self.cache.enabled:

@@ -80,6 +80,7 @@ from monitor.evaluate.ragas_runtime import (
     start_tally,
 )
 from monitor.evaluate.redaction import Redactor
+from monitor.evaluate.token_budget import TokenBudget
 from monitor.models import EvaluationResult, Score, StatementVerdict, Trace
 
 __all__ = [
@@ -111,6 +112,7 @@ class RagasInput:
     answer: str
     contexts: tuple[str, ...]
     reference: str
+    contexts_without_text: bool = False
 
     @classmethod
     def build(
@@ -132,6 +134,7 @@ class RagasInput:
                 truncate(redactor.redact(c.text), max_chars).strip() for c in chunks[:max_chunks]
             ),
             reference=redactor.redact(ref or "").strip(),
+            contexts_without_text=bool(trace.contexts_without_text),
         )
 
 
@@ -233,6 +236,7 @@ class RagasEvaluator:
         reference_metrics: Sequence[str] = REFERENCE_METRICS,
         metric_timeout_seconds: float | None = None,
         answer_relevancy_strictness: int = 3,
+        budget: TokenBudget | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         unknown = [m for m in (*enabled, *reference_metrics) if m not in ALL_METRICS]
@@ -261,12 +265,19 @@ class RagasEvaluator:
             clock=clock,
             on_change=self._circuit_changed,
         )
-        self._client = make_openai_client(config, self.metrics, self.name)
+        self._client = make_openai_client(config, self.metrics, self.name, budget)
+        self._embeddings_client = self._client
+        if config.embedding_base_url is not None:
+            self._embeddings_client = make_openai_client(
+                config, self.metrics, self.name, budget, embeddings=True
+            )
         cols = self.ragas.collections
         llm = self.ragas.llm_factory(
             config.model, provider="openai", client=self._client, max_retries=MALFORMED_RETRIES
         )
-        embeddings = self.ragas.embeddings(client=self._client, model=self.embedding_model)
+        embeddings = self.ragas.embeddings(
+            client=self._embeddings_client, model=self.embedding_model
+        )
         self._m: dict[str, Any] = {
             "faithfulness": cols.Faithfulness(llm=llm),
             "answer_relevancy": cols.AnswerRelevancy(
@@ -297,6 +308,8 @@ class RagasEvaluator:
 
     async def aclose(self) -> None:
         await self._client.close()
+        if self._embeddings_client is not self._client:
+            await self._embeddings_client.close()
 
     async def evaluate(self, trace: Trace) -> EvaluationResult:
         """The reference-free metrics (``enabled``) of one trace."""
@@ -334,6 +347,8 @@ class RagasEvaluator:
             "reference": "no_reference",
         }
         for need in needs[metric]:
+            if need == "contexts" and inp.contexts_without_text:
+                return "contexts_without_text"
             if not getattr(inp, need):
                 return reasons[need]
         return None
@@ -368,7 +383,7 @@ class RagasEvaluator:
         errors: list[str] = []
         tally, token = start_tally()
         try:
-            if runs and not self._circuit.allow():
+            if runs and not await self._circuit.admit():
                 for metric in runs:
                     scores[metric] = Score.unmeasured("circuit_open")
                 errors.append("circuit breaker open")

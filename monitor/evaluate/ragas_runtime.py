@@ -35,6 +35,7 @@ import openai
 from monitor.evaluate.judge_client import TokenTally
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics, RequestOutcome
+from monitor.evaluate.token_budget import TokenBudget
 
 RAGAS_EXTRA_HINT = "pip install 'rag-monitor[ragas]'"
 DO_NOT_TRACK_ENV = "RAGAS_DO_NOT_TRACK"
@@ -123,10 +124,17 @@ def end_tally(token: contextvars.Token[UsageTally | None]) -> None:
 class _Accounting:
     """httpx event hooks: outcome, latency and usage of every response."""
 
-    def __init__(self, config: JudgeConfig, metrics: JudgeMetrics, evaluator: str) -> None:
+    def __init__(
+        self,
+        config: JudgeConfig,
+        metrics: JudgeMetrics,
+        evaluator: str,
+        budget: TokenBudget | None = None,
+    ) -> None:
         self.config = config
         self.metrics = metrics
         self.evaluator = evaluator
+        self.budget = budget
         self._started: weakref.WeakKeyDictionary[httpx.Request, float] = weakref.WeakKeyDictionary()
 
     async def on_request(self, request: httpx.Request) -> None:
@@ -164,6 +172,8 @@ class _Accounting:
             + completion * self.config.output_price_per_million
         ) / 1_000_000
         self.metrics.tokens(self.evaluator, prompt, completion, cost)
+        if self.budget is not None:
+            self.budget.spend(prompt + completion, self.evaluator)
         if tally is not None:
             tally.input_tokens += prompt
             tally.output_tokens += completion
@@ -175,20 +185,29 @@ def _int(value: object) -> int:
 
 
 def make_openai_client(
-    config: JudgeConfig, metrics: JudgeMetrics, evaluator: str
+    config: JudgeConfig,
+    metrics: JudgeMetrics,
+    evaluator: str,
+    budget: TokenBudget | None = None,
+    *,
+    embeddings: bool = False,
 ) -> openai.AsyncOpenAI:
-    """The async openai client for ragas: explicit timeout and retries, every response counted."""
-    key = config.api_key.get_secret_value() if config.api_key is not None else NO_KEY
+    """The async openai client for ragas: explicit timeout and retries, every response counted
+    (and charged to `budget`). `embeddings`: the client of ``embedding_base_url``."""
+    base_url, api_key = config.base_url, config.api_key
+    if embeddings:
+        base_url, api_key = config.embedding_base_url, config.embedding_api_key
+    key = api_key.get_secret_value() if api_key is not None else NO_KEY
     headers = config.header_values() or None
     timeout = httpx.Timeout(config.timeout_seconds, connect=min(config.timeout_seconds, 10.0))
-    accounting = _Accounting(config, metrics, evaluator)
+    accounting = _Accounting(config, metrics, evaluator, budget)
     http_client = openai.DefaultAsyncHttpxClient(
         timeout=timeout,
         event_hooks={"request": [accounting.on_request], "response": [accounting.on_response]},
     )
     if config.azure_api_version:
         return openai.AsyncAzureOpenAI(
-            azure_endpoint=config.base_url or "",
+            azure_endpoint=base_url or "",
             api_version=config.azure_api_version,
             api_key=key,
             default_headers=headers,
@@ -197,7 +216,7 @@ def make_openai_client(
             http_client=http_client,
         )
     return openai.AsyncOpenAI(
-        base_url=config.base_url or OPENAI_BASE_URL,  # never the environment's OPENAI_BASE_URL
+        base_url=base_url or OPENAI_BASE_URL,  # never the environment's OPENAI_BASE_URL
         api_key=key,
         default_headers=headers,
         timeout=timeout,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from monitor.evaluate.token_budget import TokenBudget
 from monitor.models import EvaluationResult, Trace
 
 Decision = Literal["sampled", "priority", "skipped", "rate_lowered"]
@@ -42,20 +42,15 @@ def _unit_hash(key: str) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
-@dataclass
-class _Budget:
-    window_start: float
-    used: int = 0
-
-
 class Sampler:
     """Decides per trace; adapts a load factor in [min_rate_factor, 1] from queue depth."""
 
-    def __init__(self, config: SamplingConfig) -> None:
+    def __init__(self, config: SamplingConfig, budget: TokenBudget | None = None) -> None:
         self.config = config
         self.load_factor = 1.0
         self._last_adjust = 0.0
-        self._budget = _Budget(window_start=time.monotonic())
+        # Judge clients charge this budget as they spend (pass it to them); see token_budget.
+        self.budget = budget if budget is not None else TokenBudget(config.token_budget_per_hour)
 
     def base_rate(self, agent: str) -> float:
         return self.config.agent_rates.get(agent, self.config.rate)
@@ -73,7 +68,8 @@ class Sampler:
 
     def _is_priority(self, trace: Trace, tier0: EvaluationResult) -> bool:
         cfg = self.config
-        if cfg.priority_no_contexts and not trace.contexts:
+        # Documents without text are no retrieval failure, and the judge cannot use them either.
+        if cfg.priority_no_contexts and not trace.contexts and not trace.contexts_without_text:
             return True
         threshold = cfg.priority_feedback_at_or_below
         if (
@@ -104,14 +100,5 @@ class Sampler:
             self.load_factor = min(1.0, self.load_factor * 1.25)
             self._last_adjust = now
 
-    def budget_allows(self, now: float | None = None) -> bool:
-        limit = self.config.token_budget_per_hour
-        if limit is None:
-            return True
-        now = time.monotonic() if now is None else now
-        if now - self._budget.window_start >= 3600:
-            self._budget = _Budget(window_start=now)
-        return self._budget.used < limit
-
-    def spend(self, tokens: int) -> None:
-        self._budget.used += tokens
+    def budget_allows(self) -> bool:
+        return self.budget.allows()

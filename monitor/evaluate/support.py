@@ -161,7 +161,7 @@ class ContextIndex:
 
 @dataclass(frozen=True, slots=True)
 class StatementSupport:
-    support: float  # in [0, 1]
+    support: float  # in [0, 1], after the penalties for invented numbers, names and conflicts
     local: float
     global_: float
     best_context: int | None  # position in the trace's contexts
@@ -169,6 +169,7 @@ class StatementSupport:
     n_tokens: int
     conflicts: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()  # content tokens found in no context
+    lexical: float = 1.0  # the word overlap alone, before any penalty (a grounding feature)
 
 
 def _recall(
@@ -248,6 +249,7 @@ def score_statement(
         if st_pairs:
             pr = sum(1 for q in st_pairs if q in index.pairs) / len(st_pairs)
             support = (1.0 - p.pair_weight) * support + p.pair_weight * pr
+    lexical = min(1.0, max(0.0, support))
     n_num = sum(1 for e in entities if e.kind == "number")
     support *= p.number_penalty**n_num * p.name_penalty ** (len(entities) - n_num)
     support *= p.polarity_penalty ** len(conflicts)
@@ -260,6 +262,7 @@ def score_statement(
         n_tokens=len(weights),
         conflicts=conflicts,
         missing=tuple(t for t in weights if t not in index.all_tokens and t not in partial),
+        lexical=lexical,
     )
 
 

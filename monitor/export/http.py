@@ -37,6 +37,17 @@ def build_app(registry: CollectorRegistry, probes: Probes) -> web.Application:
     return app
 
 
+class HttpBindError(Exception):
+    """The HTTP server could not listen on its address (port in use, address not local, ...)."""
+
+    def __init__(self, host: str, port: int, error: OSError) -> None:
+        self.host = host
+        self.port = port
+        self.error = error
+        reason = error.strerror or str(error)
+        super().__init__(f"cannot listen on {host}:{port}: {reason.lower()}")
+
+
 class HttpServer:
     """Start/stop wrapper around an aiohttp runner; `port` is the bound port (0 picks one)."""
 
@@ -47,9 +58,14 @@ class HttpServer:
         self.port = port
 
     async def start(self) -> None:
+        """Listen; raises HttpBindError when the address cannot be bound."""
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            raise HttpBindError(self._host, self._port, exc) from exc
         server = site._server  # aiohttp exposes the bound sockets only here
         if server is not None and server.sockets:  # type: ignore[attr-defined]
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]

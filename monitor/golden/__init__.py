@@ -11,14 +11,14 @@ Measures (pure functions, no I/O):
 - :mod:`monitor.golden.answers` -- answer checks of generation suites (must_not_contain,
   expected topics, no-context admission, answer language) and the :class:`AnswerJudge` hook.
 - :mod:`monitor.golden.evaluation` -- observations to per-query, per-mode and between-mode
-  results; :mod:`monitor.golden.recommend` -- seed 000's tuning table.
+  results; :mod:`monitor.golden.recommend` -- the tuning table.
 - :mod:`monitor.golden.measures`, :mod:`monitor.golden.jsonpath`,
   :mod:`monitor.golden.template` -- measure names, response paths, request templates.
 
 Data and configuration:
 
 - :mod:`monitor.golden.trec` -- TREC qrels and run files.
-- :mod:`monitor.golden.dataset` -- retrieval (seed 000) and generation (seed 001) suites in
+- :mod:`monitor.golden.dataset` -- retrieval and generation suites in
   YAML/JSONL, annotator label files; errors name file, line and field.
 - :mod:`monitor.golden.config` -- ``GoldenConfig``, the daemon's ``golden:`` section.
 - :mod:`monitor.golden.results` -- the run result (serialised as the JSON beside the report).
@@ -27,11 +27,11 @@ Running and output:
 
 - :mod:`monitor.golden.client` and :mod:`monitor.golden.runner` -- the HTTP runner (modes,
   sweeps, concurrency, timeouts, retries, latency).
-- :mod:`monitor.golden.report` -- the markdown report (seed 000 section 7) and JSON result.
+- :mod:`monitor.golden.report` -- the markdown report and JSON result.
 - :mod:`monitor.golden.metrics` -- the ``ragmon_golden_*`` Prometheus metrics.
 - :mod:`monitor.golden.schedule` -- cron/interval runs inside the daemon (APScheduler).
 - :mod:`monitor.golden.cli` -- ``rag-monitor golden score|run|agreement|validate``.
 
-The formulas follow the retrieval-evaluation design (seed 000) and are cross-checked against
+The formulas (docs/metrics.md#retrieval) are cross-checked against
 NIST trec_eval's own fixtures and the published JQaRA figures.
 """

@@ -1,15 +1,16 @@
-"""Answer checks for generation suites (seed 001), and the hook for an LLM judge.
+"""Answer checks for generation suites (docs/metrics.md#answer-checks), and the hook for an
+LLM judge.
 
 Pure functions, no I/O, English and Japanese. Text is compared after NFKC normalisation and
 case folding, so full-width letters, half-width katakana and case do not matter.
 
 - :func:`forbidden_terms_found` -- the ``must_not_contain`` terms the answer contains
-  (substring match; seed 001's hallucination check).
+  (substring match; a crude hallucination check).
 - :func:`topics_covered` -- which ``expected_topics`` the answer mentions (substring match).
-  Seed 001 asks an LLM whether a topic is covered *semantically*; this lexical check is the
+  Whether a topic is covered *semantically* needs a model; this lexical check is the
   deterministic lower bound, and the judge's metrics (below) carry the semantic side.
 - :func:`admits_not_knowing` -- whether the answer says it cannot answer / the information is
-  not available (EN + JA phrases). Deliberately stricter than seed 001's indicator list, which
+  not available (EN + JA phrases). Deliberately stricter than a list of indicator words, which would
   also accepts bare "context" and "provided": "Based on the provided context, Paris is the
   capital" mentions both and admits nothing.
 - :func:`answer_language` -- ``"ja"``, ``"en"``, ``"other"`` or ``"unknown"`` from the script of
@@ -18,7 +19,7 @@ case folding, so full-width letters, half-width katakana and case do not matter.
   ``"other"`` (Chinese).
 
 Answer correctness (0.75 statement F1 + 0.25 semantic similarity), semantic similarity and
-context recall (against the case's reference), and seed 001's reference-free faithfulness,
+context recall (against the case's reference), and the reference-free faithfulness,
 answer relevancy and context relevancy need a judge: an object with the :class:`AnswerJudge`
 protocol, supplied by the caller. Without one those metrics are *unmeasured* (``None``), never 0.
 """
@@ -136,10 +137,10 @@ def expected_language(case_language: str | None) -> str | None:
 class JudgeScores:
     """What a judge measured for one answer; ``None`` is unmeasured (never a 0 stand-in).
 
-    ``answer_correctness`` is seed 002's ``0.75 * statement F1 + 0.25 * semantic_similarity``
+    ``answer_correctness`` is ``0.75 * statement F1 + 0.25 * semantic_similarity``
     against the reference; ``context_recall`` is the share of the reference's statements the
     contexts support. ``faithfulness``, ``answer_relevancy`` and ``context_relevancy`` need no
-    reference (seed 001's targets: 0.8, 0.7, 0.6). All in [0, 1].
+    reference (usual targets: 0.8, 0.7, 0.6). All in [0, 1].
     """
 
     answer_correctness: float | None = None
@@ -151,6 +152,9 @@ class JudgeScores:
     reason: str | None = None
     unmeasured: Mapping[str, str] = field(default_factory=dict)
     """Why a measure is ``None`` (``judge_timeout``, ``malformed_output``, ...), by name."""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    """Tokens the judge's responses reported for this answer (every call); None: none did."""
 
 
 @runtime_checkable

@@ -8,7 +8,7 @@ returns :func:`dispatch`'s exit code::
                  [--missing-queries zero|skip] [--trec-eval] [--per-query] [--json]
     golden run SUITE [--config FILE] [--report PATH] [--no-progress]
     golden agreement A B [--weighted] [--json]
-    golden validate FILE [--kind retrieval|generation]
+    golden validate FILE [--kind retrieval|generation]   (kind told from the file if omitted)
 
 Exit codes: 0 success (``run``: every target of the gated modes met); 1 ``run``: a target
 missed (or unmeasured); 2 bad configuration, bad data file or bad arguments; 3 ``run``: the
@@ -34,6 +34,7 @@ from monitor.golden.dataset import (
     GenerationSuite,
     RetrievalSuite,
     SuiteKind,
+    detect_kind,
     load_labels,
     load_suite,
 )
@@ -63,11 +64,11 @@ LoadSettings = Callable[[Path | None], HasGolden]
 
 SCORE_EPILOG = """\
 conventions (monitor/golden/ranking.py and trec.py document them in full):
-  relevant    judged with grade >= --relevance-threshold (default 2: seed 000's "highly
+  relevant    judged with grade >= --relevance-threshold (default 2: "highly
               relevant" and above; trec_eval's default is 1, trec_eval -l2 is 2). Negative
               grades and unjudged documents are never relevant. Applies to recip_rank, P,
               recall and success, not to nDCG.
-  gain        nDCG gain 2^grade - 1 (exponential, default: seed 000) or grade (linear:
+  gain        nDCG gain 2^grade - 1 (exponential, default) or grade (linear:
               trec_eval's ndcg and ndcg_cut, JQaRA); discount 1/log2(rank + 1); the ideal DCG
               comes from every judged document of the query, cut at the same K.
   tie-break   trec_eval (default): documents by score descending, equal scores by document
@@ -112,7 +113,7 @@ labelled in both files; the others are counted and left out.
 Cohen's kappa treats grades as categories; --weighted adds quadratic weighted kappa, which
 counts a 0-vs-3 disagreement nine times a 0-vs-1 one (for graded labels). Interpretation after
 Landis & Koch: <0 poor, 0-0.20 slight, 0.21-0.40 fair, 0.41-0.60 moderate, 0.61-0.80
-substantial, 0.81-1 almost perfect (seed 004: 0.49 is "moderate").
+substantial, 0.81-1 almost perfect. Definitions: docs/metrics.md#comparisons.
 """
 
 
@@ -148,7 +149,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     golden: argparse.ArgumentParser = subparsers.add_parser(
         "golden",
         help="golden-set evaluation: score TREC runs, run suites, annotator agreement",
-        description="Golden-set evaluation of retrieval and answers (seeds 000, 001, 004).",
+        description="Golden-set evaluation of retrieval and answers"
+        " (definitions: docs/metrics.md).",
     )
     sub = golden.add_subparsers(dest="golden_command", required=True, metavar="COMMAND")
 
@@ -194,7 +196,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     agreement = sub.add_parser(
         "agreement",
         help="Cohen's kappa between two annotators' label files",
-        description="Inter-annotator agreement on a golden set (seed 004 appendix A).",
+        description="Inter-annotator agreement on a golden set (Cohen's kappa).",
         epilog=AGREEMENT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -211,7 +213,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description="Load a retrieval or generation suite and report the first problem.",
     )
     validate.add_argument("file", type=Path)
-    validate.add_argument("--kind", choices=["retrieval", "generation"], default="retrieval")
+    validate.add_argument(
+        "--kind",
+        choices=["retrieval", "generation"],
+        help="the suite's kind (default: told from the file's fields)",
+    )
     return golden
 
 
@@ -465,7 +471,7 @@ def _agreement(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _validate(args: argparse.Namespace, out: TextIO) -> int:
-    kind: SuiteKind = args.kind
+    kind: SuiteKind = args.kind or detect_kind(args.file)
     suite = load_suite(args.file, kind)
     categories = Counter(
         q.category or "(none)"

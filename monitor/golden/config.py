@@ -16,7 +16,7 @@ list is JSON in ``RAGMON_GOLDEN__SUITES``). Unknown keys are errors. Example::
             response: {doc_ids: "results[*].doc_id"}
             timeout_seconds: 5
             concurrency: 4
-          params: {alpha: 0.3, rerank: false}   # shared request parameters (seed 5.2)
+          params: {alpha: 0.3, rerank: false}   # shared request parameters
           modes:
             A: {description: BM25 only, params: {mode: keyword}}
             C: {description: Hybrid (RRF), params: {mode: hybrid}}
@@ -39,7 +39,7 @@ ids (retrieval; required), the answer (generation; required) and the contexts us
 Targets: measure name (:mod:`monitor.golden.measures`) -> threshold; latency and bad-outcome
 rates must stay at or below theirs, everything else at or above. Retrieval defaults are seed
 000's: MRR >= 0.70, Recall@5 >= 0.80, NDCG@5 >= 0.70, P50 <= 200 ms, P95 <= 300 ms.
-Generation defaults follow seed 001's assertions: no ``must_not_contain`` violation, every
+Generation defaults (docs/metrics.md#answer-checks): no ``must_not_contain`` violation, every
 no-context case admits it does not know, every answer in the expected language.
 """
 
@@ -65,14 +65,14 @@ from monitor.golden.jsonpath import parse_path
 from monitor.golden.measures import is_latency, known_measure
 from monitor.golden.template import placeholders
 
-SEED_RETRIEVAL_TARGETS: Final[dict[str, float]] = {
+DEFAULT_RETRIEVAL_TARGETS: Final[dict[str, float]] = {
     "mrr": 0.70,
     "recall_5": 0.80,
     "ndcg_5": 0.70,
     "latency_p50_ms": 200.0,
     "latency_p95_ms": 300.0,
 }
-SEED_GENERATION_TARGETS: Final[dict[str, float]] = {
+DEFAULT_GENERATION_TARGETS: Final[dict[str, float]] = {
     "must_not_contain_rate": 0.0,
     "no_context_pass_rate": 1.0,
     "language_pass_rate": 1.0,
@@ -156,7 +156,7 @@ class ServiceConfig(_Section):
 
 
 class ModeConfig(_Section):
-    """One retrieval mode (seed 000's A-E) or pipeline variant: its request parameters."""
+    """One retrieval mode (A-E, say) or pipeline variant: its request parameters."""
 
     description: str | None = None
     params: dict[str, JsonValue] = Field(default_factory=dict)
@@ -236,7 +236,7 @@ class SuiteConfig(_Section):
         default=None, description="measures tested between modes; default: the targets'"
     )
     length_correlation_metric: str | None = Field(
-        default=None, description="correlated with query length (seed 004); default ndcg_10"
+        default=None, description="correlated with query length; default ndcg_10"
     )
     sweeps: dict[str, list[JsonValue]] = Field(
         default_factory=dict, description="parameter -> values, run on sweep_mode"
@@ -261,7 +261,9 @@ class SuiteConfig(_Section):
     def _default_targets(cls, data: Any) -> Any:
         if isinstance(data, dict) and "targets" not in data:
             kind = data.get("kind", "retrieval")
-            defaults = SEED_GENERATION_TARGETS if kind == "generation" else SEED_RETRIEVAL_TARGETS
+            defaults = (
+                DEFAULT_GENERATION_TARGETS if kind == "generation" else DEFAULT_RETRIEVAL_TARGETS
+            )
             data = {**data, "targets": dict(defaults)}
         return data
 
@@ -447,8 +449,8 @@ class GoldenConfig(_Section):
 __all__ = [
     "BUILTIN_VARIABLES",
     "DEFAULT_CUTOFFS",
-    "SEED_GENERATION_TARGETS",
-    "SEED_RETRIEVAL_TARGETS",
+    "DEFAULT_GENERATION_TARGETS",
+    "DEFAULT_RETRIEVAL_TARGETS",
     "GoldenConfig",
     "ModeConfig",
     "ResponseMapping",

@@ -1,6 +1,6 @@
-"""Golden-set files: retrieval suites (seed 000), generation suites (seed 001), label files.
+"""Golden-set files: retrieval suites, generation suites, label files (docs/metrics.md).
 
-Retrieval suite, YAML (seed 000 section 3.1)::
+Retrieval suite, YAML::
 
     dataset: {version: "1.0", created: "2026-02-02", total_queries: 2}
     queries:
@@ -17,7 +17,7 @@ relevant); documents a query does not list are not relevant. The JSONL equivalen
 query object a line (the ``queries`` items, no ``dataset`` header). A file whose top level is a
 list is read as the ``queries`` list.
 
-Generation suite (seed 001), YAML with the same envelope or JSONL, one case each::
+Generation suite, YAML with the same envelope or JSONL, one case each::
 
     - id: qa-001
       language: en                     # expected answer language (en, ja; others unchecked)
@@ -28,7 +28,7 @@ Generation suite (seed 001), YAML with the same envelope or JSONL, one case each
       must_not_contain: [C++]
       no_context: false                # true: the right answer admits it does not know
 
-(``context``, seed 001's spelling, is accepted for ``contexts``.)
+(``context`` is accepted for ``contexts``.)
 
 Every problem raises :class:`~monitor.golden.trec.GoldenDataError` naming the file, the line
 (for YAML the line of the offending key or item, from the YAML composer's marks; for JSONL the
@@ -102,7 +102,7 @@ class ExpectedDoc(_Model):
 
 
 class QueryMetadata(BaseModel):
-    """Seed 000's ``metadata``; further keys are kept as they are."""
+    """A query's ``metadata``; further keys are kept as they are."""
 
     model_config = ConfigDict(extra="allow", frozen=True, coerce_numbers_to_str=True)
 
@@ -505,6 +505,35 @@ def load_suite(path: str | Path, kind: SuiteKind) -> Suite:
     if kind == "retrieval":
         return load_retrieval_suite(path)
     return load_generation_suite(path)
+
+
+_GENERATION_KEYS = frozenset({"question", "reference", "expected_topics", "no_context"})
+_RETRIEVAL_KEYS = frozenset({"query", "expected_docs"})
+
+
+def detect_kind(path: str | Path) -> SuiteKind:
+    """Whether a suite file holds retrieval queries or generation cases, from the keys of its
+    first query (``question``, ``reference``, ... are generation; ``query``,
+    ``expected_docs`` retrieval). A file that says neither is read as retrieval, whose
+    validation then names what is missing."""
+    file_path = Path(path)
+    fmt = _format_of(file_path)
+    text = read_text(file_path)
+    first: Any = None
+    try:
+        if fmt == "jsonl":
+            line = next((x for x in text.splitlines() if x.strip()), "")
+            first = json.loads(line) if line else None
+        else:
+            data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+            queries = data.get("queries") if isinstance(data, dict) else data
+            first = queries[0] if isinstance(queries, list) and queries else None
+    except (ValueError, yaml.YAMLError):
+        return "retrieval"  # unparseable: the loader reports where
+    keys = set(first) if isinstance(first, dict) else set()
+    if keys & _GENERATION_KEYS and not keys & _RETRIEVAL_KEYS:
+        return "generation"
+    return "retrieval"
 
 
 # --------------------------------------------------------------------------- labels

@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. The runner collects one :class:`Observation` per query and mode; this
 module scores them (per-query measures via :mod:`monitor.golden.ranking` with the suite's
-gain and relevance threshold -- seed 000: exponential gain, grade >= 2 relevant), averages them
+gain and relevance threshold -- by default exponential gain, grade >= 2 relevant), averages them
 per mode and per category/language/difficulty, checks targets, and compares modes
 (:mod:`monitor.golden.stats`).
 
@@ -77,7 +77,7 @@ def score_retrieval_query(
     observation: Observation,
     *,
     cutoffs: Sequence[int],
-    relevance_threshold: int = ranking.SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = ranking.DEFAULT_RELEVANCE_THRESHOLD,
     gain: ranking.Gain = "exponential",
 ) -> QueryResult:
     """Every retrieval measure of one query (our names, see :mod:`measures`)."""
@@ -178,6 +178,8 @@ def score_generation_case(case: GenerationCase, observation: Observation) -> Que
         expected_language=wanted,
         no_context=case.no_context,
         judge_reason=judge_reason,
+        judge_input_tokens=observation.judge.input_tokens if observation.judge else None,
+        judge_output_tokens=observation.judge.output_tokens if observation.judge else None,
         unmeasured=unmeasured,
     )
 
@@ -223,7 +225,7 @@ def mean_metrics(
 
 
 def query_length(text: str) -> int:
-    """Characters after NFKC and trimming (seed 004 measures question length in characters)."""
+    """Characters after NFKC and trimming (question length is measured in characters)."""
     return len(unicodedata.normalize("NFKC", text).strip())
 
 
@@ -355,8 +357,8 @@ def compare_modes(
     candidate: ModeResult,
     metrics: Sequence[str],
     *,
-    alpha: float = stats.SEED_ALPHA,
-    min_effect: float = stats.SEED_MIN_EFFECT,
+    alpha: float = stats.DEFAULT_ALPHA,
+    min_effect: float = stats.DEFAULT_MIN_EFFECT,
     n_resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int = 0,
@@ -364,11 +366,12 @@ def compare_modes(
     """Paired t-test, Cohen's d and bootstrap CI of ``candidate - baseline`` per measure.
 
     Queries are paired by id; a query enters a measure's comparison when both modes measured it.
-    The verdict is seed 000's: ``better``/``worse`` when p < alpha and |d| >= min_effect
-    (direction-aware: lower latency or violation rate is better), ``small effect`` when
-    significant with a smaller d, otherwise ``no significant difference`` (also when the two
-    modes score the same on every query), or ``undefined`` when the test is: fewer than two
-    pairs, or every query differing by the same non-zero amount.
+    The verdict (docs/metrics.md#comparisons): ``better``/``worse`` when p < alpha and
+    |d| >= min_effect (direction-aware: lower latency or violation rate is better),
+    ``small effect`` when significant with a smaller d, otherwise ``no significant
+    difference`` (also when the two modes score the same on every query), or ``undefined``
+    when the test is: fewer than two pairs, or every query differing by the same non-zero
+    amount.
     """
     base_by_id = {q.query_id: q for q in baseline.queries}
     comparisons: list[Comparison] = []

@@ -6,7 +6,7 @@ Two implementations of :class:`~monitor.golden.answers.AnswerJudge`, chosen by
 - against the case's ``reference`` (unmeasured ``no_reference`` without one): answer
   correctness (0.75 statement F1 + 0.25 semantic similarity), semantic similarity, context
   recall;
-- reference-free, seed 001's golden-set measures: faithfulness, answer relevancy, context
+- reference-free golden-set measures: faithfulness, answer relevancy, context
   relevancy.
 
 :class:`LLMAnswerJudge` (``llm``): one ``ragmon_reference`` chat call (statement verdicts
@@ -26,14 +26,15 @@ unmeasured with its reason (``judge_timeout``, ``malformed_output``, ``no_contex
 similarity is unmeasured, so is correctness.
 
 Token use and cost are counted in the judge metrics under ``evaluator="golden"`` (``llm``
-backend) or ``evaluator="ragas"``.
+backend) or ``evaluator="ragas"``, against the daemon's token budget (when given one), and in
+each case's result (:attr:`JudgeScores.tokens`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Final
@@ -54,6 +55,7 @@ from monitor.evaluate.judge_reference import (
 from monitor.evaluate.llm import LLMJudge
 from monitor.evaluate.ragas_adapter import RagasEvaluator
 from monitor.evaluate.redaction import Redactor
+from monitor.evaluate.token_budget import TokenBudget
 from monitor.golden.answers import (
     REFERENCE_FREE_METRICS,
     REFERENCE_METRICS,
@@ -61,7 +63,7 @@ from monitor.golden.answers import (
     JudgeScores,
 )
 from monitor.golden.dataset import GenerationCase
-from monitor.models import Context, EvaluationResult, Score, Trace
+from monitor.models import Context, EvaluationResult, Score, Trace, Usage
 
 GOLDEN_EVALUATOR: Final = "golden"
 
@@ -79,9 +81,12 @@ def _as_trace(case: GenerationCase, answer: str, contexts: Sequence[str]) -> Tra
     )
 
 
-def _with_free_scores(scores: JudgeScores, result: EvaluationResult) -> JudgeScores:
+def _with_free_scores(
+    scores: JudgeScores, result: EvaluationResult, spent: Usage | None = None
+) -> JudgeScores:
     """`scores` plus the reference-free measures of `result` (unmeasured with their reasons;
-    ``not_scored_by_<evaluator>`` where the evaluator has no such metric)."""
+    ``not_scored_by_<evaluator>`` where the evaluator has no such metric), and the tokens of
+    `result` and `spent` together."""
     found = {
         name: result.scores.get(name, Score.unmeasured(f"not_scored_by_{result.evaluator}"))
         for name in REFERENCE_FREE_METRICS
@@ -93,7 +98,15 @@ def _with_free_scores(scores: JudgeScores, result: EvaluationResult) -> JudgeSco
         answer_relevancy=found["answer_relevancy"].value,
         context_relevancy=found["context_relevancy"].value,
         unmeasured={**scores.unmeasured, **unmeasured},
+        input_tokens=_total(u.input_tokens if u else None for u in (result.tokens, spent)),
+        output_tokens=_total(u.output_tokens if u else None for u in (result.tokens, spent)),
     )
+
+
+def _total(counts: Iterable[int | None]) -> int | None:
+    """The sum of the reported counts; None when none was reported."""
+    reported = [c for c in counts if c is not None]
+    return sum(reported) if reported else None
 
 
 class _GoldenTraceJudge(LLMJudge):
@@ -105,11 +118,16 @@ class _GoldenTraceJudge(LLMJudge):
 class LLMAnswerJudge:
     """Answer metrics with rag-monitor's own prompts (see the module docs)."""
 
-    def __init__(self, config: JudgeConfig, metrics: JudgeMetrics | None = None) -> None:
+    def __init__(
+        self,
+        config: JudgeConfig,
+        metrics: JudgeMetrics | None = None,
+        budget: TokenBudget | None = None,
+    ) -> None:
         self.config = config
         self.metrics = metrics if metrics is not None else JudgeMetrics(CollectorRegistry())
         self.redactor = Redactor(config.redaction)
-        self.trace_judge = _GoldenTraceJudge(config, self.metrics)
+        self.trace_judge = _GoldenTraceJudge(config, self.metrics, budget=budget)
         self.client = self.trace_judge.client  # one endpoint: one circuit, one concurrency bound
 
     async def aclose(self) -> None:
@@ -157,16 +175,18 @@ class LLMAnswerJudge:
         self, case: GenerationCase, answer: str, contexts: Sequence[str]
     ) -> JudgeScores:
         trace = _as_trace(case, answer, contexts)
+        tally = TokenTally()
         reference, evaluated = await asyncio.gather(
-            self._against_reference(trace, case.id), self.trace_judge.evaluate(trace)
+            self._against_reference(trace, case.id, tally), self.trace_judge.evaluate(trace)
         )
-        return _with_free_scores(reference, evaluated)
+        return _with_free_scores(reference, evaluated, tally.usage())
 
-    async def _against_reference(self, trace: Trace, case_id: str) -> JudgeScores:
+    async def _against_reference(
+        self, trace: Trace, case_id: str, tally: TokenTally
+    ) -> JudgeScores:
         inp = self._input(trace)
         if not inp.reference_sentences:
             return JudgeScores(unmeasured=dict.fromkeys(REFERENCE_METRICS, "no_reference"))
-        tally = TokenTally()
         verdicts, similarity = await asyncio.gather(
             self._verdicts(inp, tally, case_id), self._similarity(inp, tally, case_id)
         )
@@ -226,10 +246,17 @@ class RagasAnswerJudge:
 
     @classmethod
     def from_config(
-        cls, config: JudgeConfig, metrics: JudgeMetrics | None = None
+        cls,
+        config: JudgeConfig,
+        metrics: JudgeMetrics | None = None,
+        budget: TokenBudget | None = None,
     ) -> RagasAnswerJudge:
         """Only the metrics a golden case reports (no context precision or utilization)."""
-        return cls(RagasEvaluator(config, metrics, enabled=("faithfulness", "answer_relevancy")))
+        return cls(
+            RagasEvaluator(
+                config, metrics, enabled=("faithfulness", "answer_relevancy"), budget=budget
+            )
+        )
 
     async def aclose(self) -> None:
         await self.evaluator.aclose()
@@ -254,20 +281,23 @@ class RagasAnswerJudge:
 
 @asynccontextmanager
 async def open_answer_judge(
-    config: JudgeConfig | None, metrics: JudgeMetrics | None = None
+    config: JudgeConfig | None,
+    metrics: JudgeMetrics | None = None,
+    budget: TokenBudget | None = None,
 ) -> AsyncIterator[AnswerJudge | None]:
     """The answer judge ``config`` describes (None when the judge is not active), closed on exit.
 
     ``metrics``: the process's judge metrics (one :class:`JudgeMetrics` per registry); a private
-    registry when omitted."""
+    registry when omitted. ``budget``: the process's token budget, charged with every token the
+    judge spends (the daemon's, shared with the sampler)."""
     if config is None or not config.active:
         yield None
         return
     judge: LLMAnswerJudge | RagasAnswerJudge
     if config.backend == "ragas":
-        judge = RagasAnswerJudge.from_config(config, metrics)
+        judge = RagasAnswerJudge.from_config(config, metrics, budget)
     else:
-        judge = LLMAnswerJudge(config, metrics)
+        judge = LLMAnswerJudge(config, metrics, budget)
     try:
         yield judge
     finally:

@@ -2,7 +2,7 @@
 
 Retrieval (per query, averaged over queries): ``mrr`` (reciprocal rank of the first relevant
 document in everything returned), ``ndcg`` (uncut), and for each cutoff K ``mrr_K``,
-``recall_K``, ``precision_K``, ``success_K``, ``ndcg_K``. Per mode only: ``coverage`` (seed 000:
+``recall_K``, ``precision_K``, ``success_K``, ``ndcg_K``. Per mode only: ``coverage`` (
 share of queries that returned at least one document) and ``latency_p50_ms``,
 ``latency_p95_ms``, ``latency_p99_ms``.
 

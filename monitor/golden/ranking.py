@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. A *ranking* is the list of document ids a system returned for one
 query, best first (see :mod:`monitor.golden.trec` for how a TREC run file becomes one). The
-*judgments* of a query map document id -> integer grade (seed 000: 3 perfect, 2 highly
+*judgments* of a query map document id -> integer grade (3 perfect, 2 highly
 relevant, 1 marginally relevant, 0 not relevant; trec_eval also allows negative grades).
 
 Conventions (each checked against NIST trec_eval's fixtures and JQaRA, see the tests):
@@ -10,14 +10,14 @@ Conventions (each checked against NIST trec_eval's fixtures and JQaRA, see the t
 Relevance for binary measures
     A document is *relevant* when it is judged and ``grade >= relevance_threshold``. Documents
     missing from the judgments and documents with a negative grade are never relevant (trec_eval
-    treats a negative grade as "in the pool but unjudged"). The default threshold is the seed's
-    ``2`` (``SEED_RELEVANCE_THRESHOLD``: Recall@K counts "Highly Relevant" and above);
+    treats a negative grade as "in the pool but unjudged"). The default threshold is
+    ``2`` (``DEFAULT_RELEVANCE_THRESHOLD``: Recall@K counts "Highly Relevant" and above);
     trec_eval's default is ``1`` (``TREC_EVAL_RELEVANCE_THRESHOLD``) and ``trec_eval -l2``
     corresponds to ``relevance_threshold=2``. The threshold applies to reciprocal rank,
     precision, recall, success and coverage, never to nDCG, which uses the grades themselves.
 
 Gain for nDCG
-    ``"exponential"`` (seed 000, default): ``2**grade - 1``. ``"linear"`` (trec_eval's ``ndcg``
+    ``"exponential"`` (default): ``2**grade - 1``. ``"linear"`` (trec_eval's ``ndcg``
     and ``ndcg_cut``, JQaRA): ``grade``. Grades ``<= 0`` and unjudged documents give no gain under
     both. The discount is ``1 / log2(rank + 1)`` for rank 1, 2, ... The ideal DCG is computed from
     *all* judged documents of the query (not only the retrieved ones), sorted by gain, cut at the
@@ -45,13 +45,13 @@ Averaging over queries (:func:`evaluate_run`)
 
     - skipped with ``missing_queries="skip"`` (trec_eval's default: it averages over the
       queries that are both in the run and in the qrels), or
-    - scored 0 on every measure with ``missing_queries="zero"`` (``trec_eval -c``, and the seed's
-      MRR, which divides by all N evaluation queries). This is the default here, so that a
-      system that returns nothing for a query cannot hide it.
+    - scored 0 on every measure with ``missing_queries="zero"`` (``trec_eval -c``, and MRR as
+      docs/metrics.md defines it, which divides by all N evaluation queries). This is the
+      default here, so that a system that returns nothing for a query cannot hide it.
 
     A judged query without a single relevant document (under ``relevance_threshold``) is scored
-    normally, which makes its reciprocal rank, precision, recall and success 0 (trec_eval and the
-    seed both count it), with ``no_relevant="zero"`` (default); ``no_relevant="skip"`` leaves it
+    normally, which makes its reciprocal rank, precision, recall and success 0 (trec_eval counts
+    it too), with ``no_relevant="zero"`` (default); ``no_relevant="skip"`` leaves it
     out of the evaluation altogether.
 """
 
@@ -68,14 +68,14 @@ Gain = Literal["exponential", "linear"]
 MissingQueries = Literal["skip", "zero"]
 NoRelevant = Literal["zero", "skip"]
 
-SEED_RELEVANCE_THRESHOLD: Final = 2
-"""Seed 000: a document counts as relevant for binary measures from grade 2 (Highly Relevant)."""
+DEFAULT_RELEVANCE_THRESHOLD: Final = 2
+"""By default a document counts as relevant for binary measures from grade 2 (Highly Relevant)."""
 
 TREC_EVAL_RELEVANCE_THRESHOLD: Final = 1
 """trec_eval's default relevance level (its ``-l`` option)."""
 
 DEFAULT_CUTOFFS: Final[tuple[int, ...]] = (5, 10)
-"""The seed's K values: K=5 is the headline, K=10 the tool's default result count."""
+"""The default K values: K=5 is the headline, K=10 the tool's default result count."""
 
 LATENCY_PERCENTILES: Final[tuple[float, float, float]] = (50.0, 95.0, 99.0)
 
@@ -119,7 +119,7 @@ def _is_relevant(grade: int | None, relevance_threshold: int) -> bool:
 
 
 def num_relevant(
-    judgments: Mapping[str, int], *, relevance_threshold: int = SEED_RELEVANCE_THRESHOLD
+    judgments: Mapping[str, int], *, relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD
 ) -> int:
     """Number of judged documents with ``grade >= relevance_threshold`` (trec_eval ``num_rel``)."""
     _check_threshold(relevance_threshold)
@@ -139,7 +139,7 @@ def reciprocal_rank(
     judgments: Mapping[str, int],
     *,
     k: int | None = None,
-    relevance_threshold: int = SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
 ) -> float:
     """``1 / rank`` of the first relevant document (rank 1 = first), 0.0 if there is none.
 
@@ -163,7 +163,7 @@ def precision_at_k(
     judgments: Mapping[str, int],
     k: int,
     *,
-    relevance_threshold: int = SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
 ) -> float:
     """Relevant documents among the top ``k``, divided by ``k`` (trec_eval ``P_k``)."""
     _check_ranking(ranking)
@@ -177,7 +177,7 @@ def recall_at_k(
     judgments: Mapping[str, int],
     k: int,
     *,
-    relevance_threshold: int = SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
 ) -> float:
     """Relevant documents among the top ``k`` divided by all relevant judged documents.
 
@@ -196,7 +196,7 @@ def success_at_k(
     judgments: Mapping[str, int],
     k: int,
     *,
-    relevance_threshold: int = SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
 ) -> float:
     """1.0 when at least one relevant document is in the top ``k``, else 0.0 (``success_k``)."""
     _check_ranking(ranking)
@@ -280,7 +280,7 @@ def evaluate_query(
     judgments: Mapping[str, int],
     *,
     cutoffs: Sequence[int] = DEFAULT_CUTOFFS,
-    relevance_threshold: int = SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
     gain: Gain = "exponential",
 ) -> dict[str, float]:
     """All measures of one query, keyed by trec_eval-style names (see :func:`metric_names`).
@@ -322,7 +322,7 @@ def evaluated_queries(
     run: Mapping[str, Sequence[str]],
     qrels: Mapping[str, Mapping[str, int]],
     *,
-    relevance_threshold: int = SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
     missing_queries: MissingQueries = "zero",
     no_relevant: NoRelevant = "zero",
 ) -> list[str]:
@@ -350,7 +350,7 @@ def evaluate_run(
     qrels: Mapping[str, Mapping[str, int]],
     *,
     cutoffs: Sequence[int] = DEFAULT_CUTOFFS,
-    relevance_threshold: int = SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
     gain: Gain = "exponential",
     missing_queries: MissingQueries = "zero",
     no_relevant: NoRelevant = "zero",
@@ -430,7 +430,7 @@ def coverage_at_k(
     qrels: Mapping[str, Mapping[str, int]],
     k: int,
     *,
-    relevance_threshold: int = SEED_RELEVANCE_THRESHOLD,
+    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
     missing_queries: MissingQueries = "zero",
     no_relevant: NoRelevant = "zero",
 ) -> float:
@@ -439,7 +439,7 @@ def coverage_at_k(
     Numerator: evaluated queries whose top ``k`` holds a document with ``grade >=
     relevance_threshold``. Denominator: the queries chosen by :func:`evaluated_queries` with the
     same ``missing_queries``/``no_relevant`` rules (so it equals the mean of ``success_k``).
-    Note that seed 000 names a different quantity "Coverage" -- the share of queries for which
+    Note that the report's "Coverage" is a different quantity -- the share of queries for which
     the search returns anything at all; that one is :func:`result_coverage`.
     """
     _check_k(k)
@@ -460,7 +460,7 @@ def coverage_at_k(
 
 
 def result_coverage(run: Mapping[str, Sequence[str]], query_ids: Iterable[str]) -> float:
-    """Seed 000's "Coverage": share of ``query_ids`` for which the run returned >= 1 document.
+    """The report's "Coverage": share of ``query_ids`` for which the run returned >= 1 document.
 
     A query id absent from ``run`` counts as having returned nothing. Raises ``ValueError`` for
     an empty (or repeated) list of query ids.

@@ -1,10 +1,10 @@
-"""Recommendations for a run, drawn from seed 000's tuning table (section 8.1).
+"""Recommendations for a run, drawn from the tuning table (docs/metrics.md#tuning-table).
 
 Pure functions, no I/O. One recommendation per missed target (listing the modes that miss
-it), in the seed's words where the seed has a row for the measure:
+it), in the table's words where it has a row for the measure:
 
 =================  ====================================  ======================================
-problem            likely cause (seed)                   tuning (seed)
+problem            likely cause                          tuning
 =================  ====================================  ======================================
 MRR below target   relevant documents do not come first  tune alpha (BM25/vector weight),
                    (正解が上位に来ない)                   strengthen reranking
@@ -15,9 +15,9 @@ NDCG@K below       the order is not right                change the reranking mo
 latency above      search is slow (検索処理が遅い)        embedding cache, index optimisation
 =================  ====================================  ======================================
 
-Beyond the table: sweep values that significantly beat their base mode (seed 5.3's
-sensitivity analysis), a significant negative correlation between query length and nDCG
-(seed 004), the weakest category, and the generation checks of seed 001.
+Beyond the table: sweep values that significantly beat their base mode (the sensitivity
+analysis), a significant negative correlation between query length and nDCG, the weakest
+category, and the answer checks of generation suites.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ class _Row:
     problem: str
     cause: str
     actions: tuple[str, ...]
-    source: str = "seed 000 §8.1"
+    source: str = "tuning table"
 
 
-_SEED_ROWS: dict[str, _Row] = {
+_TUNING_ROWS: dict[str, _Row] = {
     "mrr": _Row(
         "{name} below target",
         "relevant documents do not come first (正解が上位に来ない)",
@@ -95,34 +95,34 @@ _SEED_ROWS: dict[str, _Row] = {
     ),
     "must_not_contain_rate": _Row(
         "answers contain forbidden content ({name} above target)",
-        "hallucination: the answer states what the contexts do not support (seed 001)",
+        "hallucination: the answer states what the contexts do not support",
         (
             "tighten the grounding instruction (answer only from the contexts)",
             "lower the generation temperature",
             "check the contexts for misleading passages",
         ),
-        "seed 001",
+        "answer checks",
     ),
     "no_context_pass_rate": _Row(
         "answers without supporting context do not admit it ({name} below target)",
-        "the model answers from its own knowledge when retrieval finds nothing (seed 001)",
+        "the model answers from its own knowledge when retrieval finds nothing",
         (
             "instruct the model to say it does not know when the contexts lack the answer",
             "pass an explicit 'no relevant documents' marker when retrieval is empty",
         ),
-        "seed 001",
+        "answer checks",
     ),
     "language_pass_rate": _Row(
         "answers in the wrong language ({name} below target)",
-        "the prompt does not pin the answer language (seed 001, Japanese answers)",
+        "the prompt does not pin the answer language",
         ("instruct the model to answer in the question's language",),
-        "seed 001",
+        "answer checks",
     ),
     "topic_coverage": _Row(
         "expected topics missing from answers ({name} below target)",
         "the contexts lack the facts, or the answer is too terse",
         ("check retrieval recall for these questions", "raise top_k or the context budget"),
-        "seed 001",
+        "answer checks",
     ),
     "false_refusal_rate": _Row(
         "answerable questions are refused ({name} above target)",
@@ -134,19 +134,19 @@ _SEED_ROWS: dict[str, _Row] = {
         "answers disagree with the references ({name} below target)",
         "wrong or incomplete answers",
         ("check context recall first; if it is high, revisit the prompt or the model",),
-        "seed 002",
+        "reference scores",
     ),
     "semantic_similarity": _Row(
         "answers drift from the references ({name} below target)",
         "the answer's content differs from the reference",
         ("revisit the prompt or the model",),
-        "seed 002",
+        "reference scores",
     ),
     "context_recall": _Row(
         "contexts miss facts the references need ({name} below target)",
         "retrieval does not find everything the answer needs",
         ("raise candidateK / top_k", "strengthen query expansion"),
-        "seed 002",
+        "reference scores",
     ),
     "faithfulness": _Row(
         "answers state what the contexts do not support ({name} below target)",
@@ -155,19 +155,19 @@ _SEED_ROWS: dict[str, _Row] = {
             "tell the model to answer only from the contexts and to say when they lack it",
             "lower the temperature",
         ),
-        "seed 001",
+        "answer checks",
     ),
     "answer_relevancy": _Row(
         "answers do not address the question ({name} below target)",
         "evasive, off-topic or padded answers",
         ("revisit the prompt", "check that the question reaches the model unaltered"),
-        "seed 001",
+        "answer checks",
     ),
     "context_relevancy": _Row(
         "retrieved contexts are mostly irrelevant ({name} below target)",
         "retrieval returns noise around the useful passages",
         ("add or tune a reranker", "lower top_k", "chunk documents smaller"),
-        "seed 001",
+        "answer checks",
     ),
 }
 
@@ -176,11 +176,11 @@ _FAMILY = re.compile(r"^(mrr|recall|ndcg|precision|success)(?:_\d+)?$")
 
 def _row_for(metric: str) -> _Row | None:
     if metric.startswith("latency_"):
-        return _SEED_ROWS["latency"]
+        return _TUNING_ROWS["latency"]
     match = _FAMILY.match(metric)
     if match is not None:
-        return _SEED_ROWS[match.group(1)]
-    return _SEED_ROWS.get(metric)
+        return _TUNING_ROWS[match.group(1)]
+    return _TUNING_ROWS.get(metric)
 
 
 def _fmt(value: float | None, metric: str) -> str:
@@ -231,7 +231,7 @@ def _sweep_findings(
                 cause="the current parameters are at (or near) the best this sweep covers",
                 actions=[f"keep the parameters of mode {base}; widen the sweep ranges if needed"],
                 modes=[base],
-                source="seed 000 §5.3",
+                source="sensitivity analysis",
             )
         ]
     best = max(better, key=lambda c: c.mean_diff or 0.0)
@@ -242,7 +242,7 @@ def _sweep_findings(
             metric=primary,
             problem=f"{setting} improves {display_name(primary)} over mode {best.baseline}",
             cause="parameter sensitivity analysis (パラメータ感度分析)",
-            actions=[f"set {setting} on mode {best.baseline}, then re-evaluate (seed §8.2)"],
+            actions=[f"set {setting} on mode {best.baseline}, then re-evaluate"],
             modes=[best.baseline],
             detail=(
                 f"{display_name(primary)} {best.baseline_mean:.3f} -> "
@@ -253,7 +253,7 @@ def _sweep_findings(
                 and best.cohens_d is not None
                 else None
             ),
-            source="seed 000 §5.3",
+            source="sensitivity analysis",
         )
     ]
 
@@ -282,7 +282,7 @@ def _length_findings(modes: Sequence[ModeResult], alpha: float) -> list[Recommen
         Recommendation(
             metric=metric,
             problem=f"longer queries score lower on {display_name(metric)}",
-            cause="the retriever/reranker handles long questions poorly (seed 004 table 4)",
+            cause="the retriever/reranker handles long questions poorly",
             actions=[
                 "rewrite or condense long questions before retrieval (e.g. HyDE, keyword "
                 "extraction)",
@@ -290,7 +290,7 @@ def _length_findings(modes: Sequence[ModeResult], alpha: float) -> list[Recommen
             ],
             modes=[m.label for m in hits],
             detail=detail,
-            source="seed 004",
+            source="question length",
         )
     ]
 

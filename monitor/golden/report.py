@@ -1,6 +1,6 @@
-"""The markdown report of a run (seed 000 section 7) and the JSON result beside it.
+"""The markdown report of a run (docs/metrics.md#golden-report) and the JSON result beside it.
 
-:func:`render_markdown` is pure. Sections, in the seed's order, headed in Japanese and English:
+:func:`render_markdown` is pure. Sections, headed in Japanese and English:
 
 1. 概要 / Overview -- date, dataset, modes, conventions, outcome.
 2. メトリクス比較 / Metrics per mode -- one row per mode, a ✓/✗ against each target, and the
@@ -11,7 +11,7 @@
 5. パラメータ感度分析 / Parameter sweeps, when the suite has sweeps.
 6. 失敗分析 / Failure analysis -- per mode, the worst queries below the primary measure's target
    with expected versus returned ids (generation: the cases whose checks failed).
-7. 推奨事項 / Recommendations -- from the seed's tuning table (:mod:`monitor.golden.recommend`).
+7. 推奨事項 / Recommendations -- from the tuning table (:mod:`monitor.golden.recommend`).
 
 :func:`write_report` writes ``PATH`` (markdown) and ``PATH`` with suffix ``.json`` (the
 :class:`~monitor.golden.results.RunResult`).

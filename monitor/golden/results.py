@@ -45,6 +45,8 @@ class QueryResult(_Result):
     expected_language: str | None = None
     no_context: bool | None = None
     judge_reason: str | None = None
+    judge_input_tokens: int | None = None
+    judge_output_tokens: int | None = None
     unmeasured: dict[str, str] = Field(
         default_factory=dict, description="measure -> why it is None for this query"
     )
@@ -109,7 +111,7 @@ class ModeResult(_Result):
 
 
 class Comparison(_Result):
-    """Paired comparison of ``candidate`` against ``baseline`` on one measure (seed 5.4)."""
+    """Paired comparison of ``candidate`` against ``baseline`` on one measure."""
 
     metric: str
     baseline: str
@@ -132,7 +134,7 @@ class Comparison(_Result):
 
 
 class Recommendation(_Result):
-    """A tuning suggestion (seed 000 section 8.1, and the checks rag-monitor adds)."""
+    """A tuning suggestion (the tuning table of docs/metrics.md, and further checks)."""
 
     metric: str
     problem: str
@@ -140,7 +142,7 @@ class Recommendation(_Result):
     actions: list[str]
     modes: list[str] = Field(default_factory=list)
     detail: str | None = None
-    source: str = "seed 000 §8.1"
+    source: str = "tuning table"
 
 
 class RunResult(_Result):

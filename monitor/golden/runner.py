@@ -1,13 +1,13 @@
 """Runs a golden-set suite against the live service: every mode, then the parameter sweeps.
 
-:func:`run_suite` loads the suite's dataset, sends every query once per mode (seed 000's A-E)
+:func:`run_suite` loads the suite's dataset, sends every query once per mode
 through :class:`~monitor.golden.client.ServiceClient` -- at most ``service.concurrency`` at a
 time, modes one after the other so they do not slow each other's latencies down -- scores the
 replies (:mod:`monitor.golden.evaluation`), compares every mode with the baseline mode (paired
 t-test, Cohen's d, bootstrap CI), runs the sweeps and derives recommendations.
 
-Sweeps (seed 000 §5.3) run on ``sweep_mode`` -- by default the best mode on the primary
-measure, as the seed's "sensitivity analysis of the best mode" -- one parameter at a time
+Sweeps (a sensitivity analysis) run on ``sweep_mode`` -- by default the best mode on the primary
+measure -- one parameter at a time
 (``alpha`` over its values with everything else as in the mode) or as a full grid. Each variant
 is compared with its base mode. Variants are reported but never gate the run.
 

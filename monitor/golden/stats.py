@@ -9,8 +9,8 @@ Paired comparisons take per-query scores of a ``baseline`` and a ``candidate`` s
 same queries in the same order; the difference is always ``candidate - baseline``, so a positive
 mean difference means the candidate scored higher.
 
-Seed 000 (section 5.4) asks for a paired t-test at alpha = 0.05 and calls an improvement
-meaningful when Cohen's d >= 0.3. It does not say which d; for paired samples we use
+Modes are compared by a paired t-test at alpha = 0.05, an improvement being meaningful when
+Cohen's d >= 0.3 (docs/metrics.md#comparisons). For paired samples the d is
 ``d_z = mean(diff) / sd(diff)`` with the sample standard deviation (``ddof=1``) -- the effect
 size that belongs with the paired t-test (``t = d_z * sqrt(n)``).
 """
@@ -25,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as _scipy_stats  # type: ignore[import-untyped]
 
-SEED_ALPHA: Final = 0.05
-SEED_MIN_EFFECT: Final = 0.3
+DEFAULT_ALPHA: Final = 0.05
+DEFAULT_MIN_EFFECT: Final = 0.3
 
 _RELATIVE_ZERO: Final = 1e-12
 _BOOTSTRAP_CHUNK: Final = 1_000_000  # max indices drawn at once (memory bound)
@@ -73,7 +73,7 @@ class PairedTTest:
 
 
 def paired_t_test(
-    baseline: Sequence[float], candidate: Sequence[float], *, alpha: float = SEED_ALPHA
+    baseline: Sequence[float], candidate: Sequence[float], *, alpha: float = DEFAULT_ALPHA
 ) -> PairedTTest:
     """Paired t-test: ``t = mean(d) / (sd(d, ddof=1) / sqrt(n))``, ``df = n - 1``, two-sided.
 
@@ -125,11 +125,11 @@ class CohensD:
 
 
 def cohens_d_paired(
-    baseline: Sequence[float], candidate: Sequence[float], *, threshold: float = SEED_MIN_EFFECT
+    baseline: Sequence[float], candidate: Sequence[float], *, threshold: float = DEFAULT_MIN_EFFECT
 ) -> CohensD:
     """Paired Cohen's d (d_z) of ``candidate - baseline``.
 
-    ``meets_threshold`` is ``d >= threshold`` -- directional, as in the seed's "d >= 0.3 is a
+    ``meets_threshold`` is ``d >= threshold`` -- directional, as in "d >= 0.3 is a
     meaningful improvement"; for measures where lower is better (latency) swap the arguments.
     Fewer than two pairs or zero variance of the differences give ``d = None`` with a reason.
     """
@@ -150,7 +150,7 @@ def cohens_d_paired(
 
 @dataclass(frozen=True)
 class PairedComparison:
-    """Seed 000's decision: improved = significant (p < alpha) and d >= min_effect, d > 0."""
+    """The default decision: improved = significant (p < alpha) and d >= min_effect, d > 0."""
 
     t_test: PairedTTest
     effect: CohensD
@@ -162,8 +162,8 @@ def compare_paired(
     baseline: Sequence[float],
     candidate: Sequence[float],
     *,
-    alpha: float = SEED_ALPHA,
-    min_effect: float = SEED_MIN_EFFECT,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
 ) -> PairedComparison:
     """Paired t-test and Cohen's d together; ``improved`` is ``None`` when either is undefined."""
     t_test = paired_t_test(baseline, candidate, alpha=alpha)
@@ -247,7 +247,7 @@ class Correlation:
 def pearson_correlation(x: Sequence[float], y: Sequence[float]) -> Correlation:
     """Pearson's r and the two-sided p-value of ``r != 0`` (t-test with ``n - 2`` df).
 
-    Seed 004 uses it for query length vs nDCG@10. Fewer than three pairs (r is then always
+    Used for query length vs nDCG@10. Fewer than three pairs (r is then always
     +-1 and untestable) or a constant ``x`` or ``y`` give ``None`` with a reason.
     """
     if len(x) != len(y):
@@ -396,8 +396,8 @@ def quadratic_weighted_kappa(
 
 
 __all__ = [
-    "SEED_ALPHA",
-    "SEED_MIN_EFFECT",
+    "DEFAULT_ALPHA",
+    "DEFAULT_MIN_EFFECT",
     "Agreement",
     "BootstrapCI",
     "CohensD",

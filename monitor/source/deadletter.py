@@ -102,10 +102,15 @@ class KafkaDeadLetters:
 
 
 class StreamDeadLetters:
-    """Dead letters of the file source: one JSON line each (to stderr or a file)."""
+    """Dead letters of the file source: one JSON line each (to stderr or a file).
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    The value is cut to its first `max_value_chars` characters (`value_truncated` and
+    `value_bytes` then say so): a 50 MB line is reported, not copied.
+    """
+
+    def __init__(self, stream: TextIO | None = None, max_value_chars: int = 500) -> None:
         self._stream = stream if stream is not None else sys.stderr
+        self._max_value_chars = max_value_chars
 
     async def send(
         self,
@@ -116,14 +121,29 @@ class StreamDeadLetters:
         value: bytes | None = None,
     ) -> None:
         payload = msg.value if value is None else value
-        record = {
+        size = msg.value_size if value is None else len(value)
+        shown = None
+        truncated = False
+        if payload is not None:
+            # Decode no more than can be shown (4 bytes per character at most).
+            shown = payload[: self._max_value_chars * 4].decode("utf-8", "replace")
+            truncated = (
+                len(shown) > self._max_value_chars
+                or len(payload) > self._max_value_chars * 4
+                or size > len(payload)
+            )
+            shown = shown[: self._max_value_chars]
+        record: dict[str, object] = {
             "dead_letter": True,
             "source": msg.topic,
             "line": msg.offset,
             "reason": reason,
             "error_class": error_class,
             "error": detail,
-            "value": payload.decode("utf-8", "replace") if payload is not None else None,
+            "value": shown,
         }
+        if truncated:
+            record["value_truncated"] = True
+            record["value_bytes"] = size
         self._stream.write(json.dumps(record, ensure_ascii=False) + "\n")
         self._stream.flush()

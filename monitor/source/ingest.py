@@ -64,10 +64,15 @@ class Ingest:
         max_in_flight: int,
         otlp: OtlpIntake | None = None,
         assembled_topics: frozenset[str] = frozenset(),
+        text_lines: bool = False,
     ) -> None:
         """`otlp` takes OTLP messages (None: input is native only); `assembled_topics` hold
-        native traces the OTLP stage assembled (never OTLP, already counted as decoded)."""
+        native traces the OTLP stage assembled (never OTLP, already counted as decoded).
+        `text_lines`: messages are lines of a text file (the file source), so with the `auto`
+        format bytes that are not JSON are a native decoding error (invalid_utf8, invalid_json),
+        never OTLP protobuf."""
         self._format = input_format
+        self._text_lines = text_lines
         self._max_bytes = max_message_bytes
         self._processor = processor
         self._dead_letters = dead_letters
@@ -124,8 +129,8 @@ class Ingest:
     ) -> _Work | None:
         """A native trace ready to process; None when the message was rejected or is OTLP (then
         added to `otlp`)."""
-        if msg.value is not None and len(msg.value) > self._max_bytes:
-            error = DecodeError("too_large", f"{len(msg.value)} bytes, limit {self._max_bytes}")
+        if msg.value is not None and msg.value_size > self._max_bytes:
+            error = DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
             await self.reject(msg, error)
             return None
         fmt: InputFormat = self._format
@@ -133,6 +138,8 @@ class Ingest:
             fmt = "native"
         elif fmt == "auto":
             fmt = detect_format(msg.value or b"")
+            if fmt == "otlp_proto" and self._text_lines:
+                fmt = "native"  # a line of text is never protobuf: let the decoder name the fault
         if fmt == "otlp_json" or fmt == "otlp_proto":
             otlp.append((msg, fmt))
             return None

@@ -18,6 +18,16 @@ class RawMessage:
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = field(default=())
     timestamp_ms: int | None = None
+    # The full size when `value` holds only the start of the message (a replay line over the
+    # size limit is not read into memory whole); None when `value` is all of it.
+    size: int | None = None
+
+    @property
+    def value_size(self) -> int:
+        """Bytes of the whole message, read or not."""
+        if self.size is not None:
+            return self.size
+        return len(self.value) if self.value is not None else 0
 
     @property
     def tp(self) -> TopicPartition:

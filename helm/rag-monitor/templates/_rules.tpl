@@ -45,6 +45,36 @@ Prometheus's own {{ $labels }} / {{ $value }} templates are escaped as {{`{{ ...
         sum by (agent, evaluator) (rate(ragmon_statements_total{outcome="unsupported"}[1h]))
         /
         (sum by (agent, evaluator) (rate(ragmon_statements_total[1h])) > 0)
+{{- /*
+Tier 0 (the heuristic evaluator scores every trace, with or without a judge): each agent's mean
+support over the last hour against its own trailing baseline, the 7 days before that hour, and
+how much its hourly mean normally moves (a robust spread: the interquartile range of the hourly
+means over those 7 days / 1.349, the standard deviation of normal data, which one earlier step
+change does not inflate the way a standard deviation would).
+*/}}
+    - record: agent:ragmon_tier0_support:mean1h
+      expr: |-
+        sum by (agent) (rate(ragmon_evaluation_score_ratio_sum{metric="support", evaluator="heuristic"}[1h]))
+        /
+        (sum by (agent) (rate(ragmon_evaluation_score_ratio_count{metric="support", evaluator="heuristic"}[1h])) > 0)
+    - record: agent:ragmon_tier0_support:mean7d_1h_ago
+      expr: |-
+        sum by (agent) (rate(ragmon_evaluation_score_ratio_sum{metric="support", evaluator="heuristic"}[7d] offset 1h))
+        /
+        (sum by (agent) (rate(ragmon_evaluation_score_ratio_count{metric="support", evaluator="heuristic"}[7d] offset 1h)) > 0)
+    - record: agent:ragmon_tier0_support:spread1h_7d_1h_ago
+      expr: |-
+        (
+          quantile_over_time(0.75, agent:ragmon_tier0_support:mean1h[7d:] offset 1h)
+          -
+          quantile_over_time(0.25, agent:ragmon_tier0_support:mean1h[7d:] offset 1h)
+        ) / 1.349
+    - record: agent:ragmon_tier0_support_count:increase1h
+      expr: |-
+        sum by (agent) (increase(ragmon_evaluation_score_ratio_count{metric="support", evaluator="heuristic"}[1h]))
+    - record: agent:ragmon_tier0_support_count:increase7d_1h_ago
+      expr: |-
+        sum by (agent) (increase(ragmon_evaluation_score_ratio_count{metric="support", evaluator="heuristic"}[7d] offset 1h))
 - name: ragmon-recording-conversations
   rules:
 {{- range $window := list "5m" "1h" "6h" }}
@@ -145,6 +175,30 @@ severity: {{ .severity }}
         runbook_url: {{ printf "%s/%s.md" $base (index $q 1) }}
         {{- with $review }}
         review_url: '{{ . }}/review?agent={{`{{ $labels.agent }}`}}&metric={{ $c.metric }}&since=6h'
+        {{- end }}
+{{- end }}
+{{- end }}
+{{- with $a.tier0Support }}
+{{- if .enabled }}
+    - alert: RagmonTier0SupportDrop
+      expr: |-
+        (
+          agent:ragmon_tier0_support:mean7d_1h_ago - agent:ragmon_tier0_support:mean1h
+        )
+        > clamp_min({{ .sigmas }} * agent:ragmon_tier0_support:spread1h_7d_1h_ago, {{ .minDrop }})
+        and
+        agent:ragmon_tier0_support_count:increase1h >= {{ .minSamples }}
+        and
+        agent:ragmon_tier0_support_count:increase7d_1h_ago >= {{ .minBaselineSamples }}
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'Tier-0 support of agent {{`{{ $labels.agent }}`}} dropped by {{`{{ $value | printf "%.2f" }}`}} against its 7-day baseline'
+        description: 'The mean tier-0 support (heuristic evaluator, every trace) of agent {{`{{ $labels.agent }}`}} over the last hour is {{`{{ $value | printf "%.3f" }}`}} below its mean over the 7 days before, more than {{ .minDrop }} and more than {{ .sigmas }} times how much its hourly mean normally moves, from at least {{ .minSamples }} scores in the hour. Answers are less grounded in their contexts than usual: a deploy, a retrieval change or new traffic.'
+        runbook_url: {{ printf "%s/RagmonTier0SupportDrop.md" $base }}
+        {{- with $review }}
+        review_url: '{{ . }}/review?agent={{`{{ $labels.agent }}`}}&metric=support&since=1h'
         {{- end }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,328 @@
+"""Real instrumentation -> real OpenTelemetry Collector -> real Kafka -> the daemon.
+
+Each test runs a small RAG app (tests/apps) instrumented with one family's real packages: it
+answers multi-turn conversations with the real `openai` client against the scripted
+OpenAI-compatible server and exports OTLP/HTTP to a Collector built by
+scripts/setup-otelcol.sh (examples/otel-collector/config.yaml), whose Kafka exporter writes to
+the test broker in protobuf or OTLP/JSON. The daemon consumes that topic with the LLM judge on
+every conversation. For every planned turn the test checks what reached the store (question,
+answer, conversation, turn number) and what the judge was shown (the contexts), that nothing
+else was scored (stray LLM calls are skipped as not RAG), and that invented answers score
+lower than grounded ones -- or, where the instrumentation records documents without their
+text, that faithfulness is unmeasured with the reason `contexts_without_text`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from monitor.config import KafkaConfig
+from monitor.daemon import Daemon, SourceSpec
+from monitor.models import Trace
+from monitor.source.native import decode_native
+from monitor.source.otlp import OtlpMappingError, decode_otlp, spans_to_trace
+from monitor.source.otlp_logs import attach_log_events, decode_otlp_logs
+from tests.support.instrumented import (
+    OLD_TRACELOOP_PYTHON,
+    TITLE_ANSWER,
+    AppRun,
+    model_script,
+    plan_turns,
+)
+from tests.support.kafka_broker import KafkaBroker
+from tests.support.kafka_io import create_topics, read_all
+from tests.support.openai_server import OpenAIServer
+from tests.support.otelcol import CollectorUnavailable, Encoding, OtelCollector
+from tests.support.services import service_unavailable
+from tests.support.traces import RunningDaemon, scoring_settings, wait_for
+
+pytestmark = pytest.mark.kafka
+
+# The answers the scripted model invents (the rest are grounded in the retrieved documents).
+INVENTED = {("kettle", 2), ("storage", 1), ("returns", 2)}
+SERVICE = "support-bot"
+TURN_GAP_SECONDS = 3.0
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@dataclass(frozen=True)
+class Family:
+    app: str
+    encoding: Encoding
+    env: dict[str, str] = field(default_factory=dict)
+    documents_with_text: bool = True
+    old_traceloop: bool = False
+
+
+FAMILIES = {
+    "openinference-proto": Family("openinference_app", "otlp_proto"),
+    "openinference-json": Family("openinference_app", "otlp_json"),
+    "genai-span-only-json": Family(
+        "genai_app",
+        "otlp_json",
+        {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_only"},
+    ),
+    "genai-documents-without-text-proto": Family(
+        "genai_app",
+        "otlp_proto",
+        {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_only"},
+        documents_with_text=False,
+    ),
+    "traceloop-current-json": Family("traceloop_app", "otlp_json"),
+    "traceloop-0.52-proto": Family("traceloop_app", "otlp_proto", old_traceloop=True),
+}
+
+
+def _fast_assembly() -> dict[str, Any]:
+    """Close the OTLP assembly window soon after a turn's spans arrived, so that turns of one
+    conversation (exported TURN_GAP_SECONDS apart) are released one at a time. Only where the
+    setting exists: a daemon that releases a trace once it is complete needs none."""
+    if "otlp_assembly_window_seconds" in KafkaConfig.model_fields:
+        return {"otlp_assembly_window_seconds": 1.5}
+    return {}
+
+
+@pytest.fixture
+def collector_factory(tmp_path: Path) -> Iterator[Any]:
+    started: list[OtelCollector] = []
+
+    def start(brokers: str, spans: str, logs: str, encoding: Encoding) -> OtelCollector:
+        collector = OtelCollector(
+            tmp_path / f"otelcol-{len(started)}", brokers, spans, logs, encoding
+        )
+        try:
+            collector.start()
+        except CollectorUnavailable as exc:
+            service_unavailable(f"OpenTelemetry Collector unavailable: {exc}")
+        started.append(collector)
+        return collector
+
+    yield start
+    for collector in started:
+        collector.stop()
+
+
+@pytest.fixture
+def model() -> Iterator[OpenAIServer]:
+    """The scripted model, on a loop of its own: the app's and the judge's calls reach it
+    whichever event loop the test runs on."""
+    server = OpenAIServer()
+    server.start_in_thread()
+    yield server
+    server.stop_in_thread()
+
+
+def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        return list(conn.execute(sql))
+
+
+def _judged_contexts(server: OpenAIServer) -> dict[str, list[str]]:
+    """Question -> the context texts the judge was shown (faithfulness requests)."""
+    shown: dict[str, list[str]] = {}
+    for request in server.requests_for("ragmon_faithfulness"):
+        data = request.data or {}
+        shown[data["question"]] = [
+            " ".join(c["sentences"][k] for k in sorted(c["sentences"], key=int))
+            for c in data["contexts"]
+        ]
+    return shown
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+async def test_instrumented_app_through_the_collector(
+    name: str,
+    kafka_broker: KafkaBroker,
+    topic_prefix: str,
+    tmp_path: Path,
+    collector_factory: Any,
+    model: OpenAIServer,
+) -> None:
+    family = FAMILIES[name]
+    python = OLD_TRACELOOP_PYTHON if family.old_traceloop else None
+    if python is not None and not python.exists():
+        service_unavailable(f"no {python}; run scripts/setup-test-apps.sh")
+    spans_topic, logs_topic = f"{topic_prefix}.in", f"{topic_prefix}.logs"
+    await create_topics(kafka_broker.bootstrap, [spans_topic, logs_topic, f"{topic_prefix}.dlq"])
+    collector = collector_factory(kafka_broker.bootstrap, spans_topic, logs_topic, family.encoding)
+    turns = plan_turns(topic_prefix, INVENTED)
+    model.script = model_script(turns)
+    db = tmp_path / "results.db"
+    settings = scoring_settings(
+        kafka_broker.bootstrap,
+        topic_prefix,
+        db,
+        kafka=_fast_assembly(),
+        judge={"base_url": model.url, "api_key": "test-key", "max_retries": 0},
+        sampling={"rate": 1.0},
+    )
+    daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
+    running = RunningDaemon(daemon)
+    await running.started()
+    run = AppRun(
+        app=family.app,
+        service=SERVICE,
+        turns=turns,
+        otlp_endpoint=collector.http_endpoint,
+        openai_base_url=model.url,
+        workdir=tmp_path,
+        turn_gap_seconds=TURN_GAP_SECONDS,
+        documents_with_text=family.documents_with_text,
+        env=family.env,
+        python=python,
+    )
+    try:
+        await asyncio.to_thread(run.run)
+        await wait_for(
+            lambda: (
+                len(_rows(db, "SELECT 1 FROM conversation_turns")) >= len(turns)
+                and len(_rows(db, "SELECT 1 FROM evaluation_results WHERE evaluator = 'llm'"))
+                >= len(turns)
+            ),
+            timeout=90,
+            what=f"{len(turns)} turns scored by tier 0 and the judge",
+        )
+    finally:
+        assert await running.stop() == 0, collector.log_tail()
+
+    results = {
+        row[0]: row
+        for row in _rows(
+            db,
+            "SELECT trace_id, conversation_id, query, answer, result FROM evaluation_results"
+            " WHERE evaluator = 'heuristic'",
+        )
+    }
+    turn_of = {
+        trace_id: (conversation, turn)
+        for conversation, turn, trace_id in _rows(
+            db, "SELECT conversation_id, turn, trace_id FROM conversation_turns"
+        )
+    }
+    assert len(results) == len(turns), "one result per turn: stray LLM calls are not turns"
+    by_question = {row[2]: row for row in results.values()}
+    assert set(by_question) == {t.question for t in turns}, "the question, never the prompt"
+    shown = _judged_contexts(model)
+    scores: dict[bool, list[float]] = {True: [], False: []}
+    for planned in turns:
+        trace_id, conversation, _, answer, result_json = by_question[planned.question]
+        assert answer == planned.answer
+        assert conversation == planned.conversation
+        assert turn_of[trace_id] == (planned.conversation, planned.turn)
+        result = json.loads(result_json)
+        assert result["agent"] == SERVICE, "the service, never a framework class name"
+        faithfulness = result["scores"]["faithfulness"]
+        if family.documents_with_text:
+            assert shown[planned.question] == [text for _, text in planned.contexts]
+            scores[planned.grounded].append(result["scores"]["support"]["value"])
+        else:
+            assert planned.question not in shown, "no faithfulness call without document text"
+            assert faithfulness == {"value": None, "reason": "contexts_without_text"}
+            assert "contexts_without_text" in result["flags"]
+    if family.documents_with_text:
+        assert max(scores[False]) < min(scores[True]), scores
+
+    value = daemon.metrics.registry.get_sample_value
+    skipped = value("ragmon_traces_skipped_total", {"reason": "otlp_not_rag"}) or 0.0
+    if family.app == "openinference_app":
+        # one title call per conversation, and OpenInference's own trace of every ChatOpenAI
+        # call's OpenAI request (it carries the session, but is a plain LLM call)
+        assert skipped == 3 + len(turns)
+        assert TITLE_ANSWER not in {row[3] for row in results.values()}
+    assert value("ragmon_dead_letters_total", {"reason": "otlp_unmappable"}) == 0.0
+    if not family.documents_with_text:
+        labels = {
+            "agent": SERVICE,
+            "metric": "faithfulness",
+            "evaluator": "heuristic",
+            "reason": "contexts_without_text",
+        }
+        assert value("ragmon_evaluation_unmeasured_total", labels) == len(turns)
+        assert value(
+            "ragmon_evaluation_flags_total", {"agent": SERVICE, "reason": "contexts_without_text"}
+        ) == len(turns)
+
+
+@pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])
+async def test_genai_event_only_content_arrives_as_logs_and_joins_its_spans(
+    encoding: Encoding,
+    kafka_broker: KafkaBroker,
+    topic_prefix: str,
+    tmp_path: Path,
+    collector_factory: Any,
+    model: OpenAIServer,
+) -> None:
+    """With event_only capture the spans carry no content: the messages come as OTLP log
+    records, which the Collector writes to the logs topic. Joined to their spans by trace and
+    span id, they give the question and answer; the retrieval span recorded no documents, so
+    the trace says its contexts are without text."""
+    spans_topic, logs_topic = f"{topic_prefix}.in", f"{topic_prefix}.logs"
+    await create_topics(kafka_broker.bootstrap, [spans_topic, logs_topic])
+    collector = collector_factory(kafka_broker.bootstrap, spans_topic, logs_topic, encoding)
+    turns = plan_turns(topic_prefix, INVENTED)
+    model.script = model_script(turns)
+    run = AppRun(
+        app="genai_app",
+        service=SERVICE,
+        turns=turns,
+        otlp_endpoint=collector.http_endpoint,
+        openai_base_url=model.url,
+        workdir=tmp_path,
+        env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only"},
+    )
+    await asyncio.to_thread(run.run)
+    collector.stop()  # flushes its batches
+
+    span_messages = await read_all(kafka_broker.bootstrap, spans_topic, 10**6, timeout=5)
+    log_messages = await read_all(kafka_broker.bootstrap, logs_topic, 10**6, timeout=5)
+    spans = [s for m in span_messages for s in decode_otlp(m.value, encoding)]
+    events = [e for m in log_messages for e in decode_otlp_logs(m.value, encoding)]
+    assert len(events) == len(turns), "one inference event per model call"
+    assert all("gen_ai.input.messages" not in s.attributes for s in spans), "content only in logs"
+
+    by_trace: dict[str, list[Any]] = {}
+    for span in spans:
+        by_trace.setdefault(span.trace_id, []).append(span)
+    for group in by_trace.values():  # the spans alone say a model answered, but not what
+        with pytest.raises(OtlpMappingError) as caught:
+            spans_to_trace(group)
+        assert caught.value.reason == "no_answer"
+    mapped: dict[str, Trace] = {}
+    for group in by_trace.values():
+        trace = spans_to_trace(attach_log_events(group, events))
+        assert isinstance(trace, Trace)
+        mapped[trace.query] = trace
+    assert set(mapped) == {t.question for t in turns}
+    for planned in turns:
+        trace = mapped[planned.question]
+        assert trace.answer == planned.answer
+        assert trace.conversation_id == planned.conversation
+        assert trace.contexts == []
+        assert trace.contexts_without_text == len(planned.document_ids)
+        assert trace.agent == SERVICE
+
+
+async def test_native_producer_example(kafka_broker: KafkaBroker, topic_prefix: str) -> None:
+    """examples/produce_native.py, run as the README says, writes a valid native trace keyed by
+    its conversation."""
+    topic = f"{topic_prefix}.native"
+    await create_topics(kafka_broker.bootstrap, [topic])
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLES / "produce_native.py"), kafka_broker.bootstrap, topic
+    )
+    assert await asyncio.wait_for(process.wait(), 60) == 0
+    (record,) = await read_all(kafka_broker.bootstrap, topic, 1)
+    trace = decode_native(record.value, 1_048_576)
+    assert trace.conversation_id is not None
+    assert record.key == trace.conversation_id.encode()
+    assert trace.contexts and trace.answer and trace.query
