@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -186,7 +187,9 @@ class KafkaConfig(_Section):
     @classmethod
     def _some_input(cls, topics: list[str], info: ValidationInfo) -> list[str]:
         if not topics and not info.data.get("otlp_topics"):
-            raise ValueError("List should have at least 1 item (or set otlp_topics)")
+            raise PydanticCustomError(
+                "too_short", "List should have at least 1 item (or set otlp_topics)"
+            )
         return topics
 
     @model_validator(mode="before")

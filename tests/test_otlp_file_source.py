@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from monitor.source.otlp_split import encode_request, split_by_trace
 from tests.support.faults import REPO, DaemonProcess
 from tests.support.otlp_spans import App, encode
 from tests.support.otlp_turns import MS, langchain_turn
@@ -61,6 +62,12 @@ def test_otlp_lines_are_assembled_in_process_and_numbered_by_start(tmp_path: Pat
         json.loads(line) for line in result.stderr.splitlines() if line.startswith('{"dead_letter"')
     ]
     assert [(d["line"], d["reason"]) for d in letters] == [(1, "otlp_unmappable")]
-    assert unanswered.trace_id in letters[0]["error"]
-    spans = json.loads(letters[0]["value"])["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    assert {s["traceId"] for s in spans} == {unanswered.trace_id}, "only its own spans"
+    (letter,) = letters
+    assert unanswered.trace_id in letter["error"]
+    # The value shown is cut to its start. It is the trace's own spans in OTLP/JSON (the unit
+    # tests decode such a dead letter back to exactly those spans), far fewer bytes than the
+    # line that carried three traces.
+    assert letter["value"].startswith('{"resourceSpans"')
+    (own,) = [p for p in split_by_trace(lines[0], "otlp_json") if p.trace_id == unanswered.trace_id]
+    assert letter["value_bytes"] == len(encode_request(own.data, "otlp_json"))
+    assert letter["value_bytes"] < len(lines[0]) / 2
