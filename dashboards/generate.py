@@ -972,7 +972,8 @@ def _unmeasurable_input_panels() -> list[dict[str, Any]]:
     evaluated = rate(
         "ragmon_evaluations_total", "agent", ['evaluator="heuristic"', AGENT], "$window"
     )
-    textless = f"{flagged}\n/\n{evaluated}"
+    # No flag counter exists until a first trace is flagged: that share is 0, not "no data".
+    textless = f"(\n{flagged}\nor\n{evaluated} * 0\n)\n/\n{evaluated}"
     not_rag = rate("ragmon_traces_skipped_total", "", ['reason="otlp_not_rag"'], "$window")
     scored = rate("ragmon_traces_decoded_total", "", ['format="otlp"'], "$window")
     return [

@@ -826,7 +826,7 @@ def test_config_env_names_and_active(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGMON_JUDGE__API_KEY", "sk-env-secret-123456789")
     monkeypatch.setenv("RAGMON_JUDGE__EXTRA_HEADERS", '{"X-Org": "org-secret"}')
     judge = _Settings().judge
-    assert judge.active and not judge.enabled
+    assert judge.active and judge.enabled  # base_url turns the judge on, and says so
     assert judge.model == "qwen"
     assert judge.api_key is not None and judge.api_key.get_secret_value().startswith("sk-env")
     assert judge.header_values() == {"X-Org": "org-secret"}
