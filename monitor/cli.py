@@ -25,6 +25,8 @@ from monitor.logs import configure_logging
 from monitor.models import Trace
 from monitor.review import register as register_review
 from monitor.source.topics import MissingTopicError
+from monitor.topics_cli import dispatch as dispatch_topics
+from monitor.topics_cli import register as register_topics
 
 # Exit codes (README "Exit codes"): 0 done; 1 a golden target missed (golden run); 2 bad
 # configuration, arguments or input file; 3 could not start (Kafka, a busy port, a missing
@@ -78,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 
     register_golden(sub)
     register_review(sub)
+    register_topics(sub)
 
     demo = sub.add_parser(
         "demo",
@@ -131,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run_cli(args, settings))
     if args.command == "golden":
         return dispatch_golden(args, _load)
+    if args.command == "topics":
+        return dispatch_topics(args, _load)
     if args.command == "demo":
         return _demo(
             args.port, args.rate, args.duration, not args.no_prometheus, args.prometheus_port

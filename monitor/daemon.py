@@ -42,6 +42,15 @@ from monitor.source.file import read_lines
 from monitor.source.ingest import Ingest
 from monitor.source.kafka import KafkaSource, producer_kwargs
 from monitor.source.offsets import OffsetTracker
+from monitor.source.otlp_stage import (
+    Assembly,
+    KafkaOtlpStage,
+    LocalIntake,
+    OtlpMetrics,
+    SpanForwarder,
+)
+from monitor.source.topic_admin import ensure_internal_topics
+from monitor.source.writer import TopicWriter
 from monitor.stage import RecordingProcessor, TraceProcessor
 from monitor.store import Store, StoreGoldenSink
 from monitor.telemetry import build_tracer
@@ -88,12 +97,15 @@ class Daemon:
         self.golden: GoldenScheduler | None = None
         self._config_dir = config_dir
         self.metrics = Metrics(registry, max_agents=settings.metrics.max_agents)
-        self.tracker = OffsetTracker()
+        self.otlp_metrics = OtlpMetrics(self.metrics.registry)
+        self.tracker = OffsetTracker()  # the scoring stage's offsets
+        self.otlp_tracker = OffsetTracker()  # the OTLP stage's
         self._dead_letters_override = dead_letters
         self._stop = asyncio.Event()
-        self._heartbeat = time.monotonic()
+        self._heartbeats: dict[str, float] = {"scoring": time.monotonic()}
         self._last_maintenance = time.monotonic()
-        self._kafka: KafkaSource | None = None
+        self._sources: list[KafkaSource] = []
+        self.otlp_stage: KafkaOtlpStage | None = None
         self._active_ingest: Ingest | None = None
         self._file_running = False
         self.http: HttpServer | None = None
@@ -105,13 +117,15 @@ class Daemon:
         self._stop.set()
 
     def _healthy(self) -> tuple[bool, str]:
-        stalled = time.monotonic() - self._heartbeat
+        now = time.monotonic()
+        loop, beat = min(self._heartbeats.items(), key=lambda item: item[1])
+        stalled = now - beat
         if stalled <= self.settings.http.health_stall_seconds:
             return True, "ok"
-        if self._reading_held_back():
+        if loop == "scoring" and self._reading_held_back():
             # Held up by a slow sink, not stuck: a restart would not help.
             return True, "waiting for in-flight traces to finish (backpressure)"
-        return False, f"consume loop stalled for {stalled:.0f}s"
+        return False, f"{loop} consume loop stalled for {stalled:.0f}s"
 
     def _reading_held_back(self) -> bool:
         return self._active_ingest is not None and self._active_ingest.waiting_for_capacity
@@ -121,20 +135,25 @@ class Daemon:
             return False, "shutting down"
         if self._file_running:
             return True, "file source running"
-        if self._kafka is None:
+        if not self._sources:
             return False, "not started"
-        assigned = self._kafka.assignment
+        assigned = sum(len(source.assignment) for source in self._sources)
         if not assigned:
             return False, "no partitions assigned"
-        if not self._kafka.coordinator_known:
-            return False, "group coordinator unreachable (broker outage?)"
-        age = self._kafka.fetch_response_age()
         limit = self.settings.kafka.ready_fetch_stale_seconds
-        if age is not None and age > limit and not self._reading_held_back():
-            return False, f"no fetch response from the broker for {age:.0f}s (stalled connection?)"
+        for source in self._sources:
+            if not source.coordinator_known:
+                return False, f"{source.name} group coordinator unreachable (broker outage?)"
+            age = source.fetch_response_age()
+            held = source.name == "scoring" and self._reading_held_back()
+            if age is not None and age > limit and not held:
+                return (
+                    False,
+                    f"no fetch response from the broker for {age:.0f}s (stalled connection?)",
+                )
         if self.store is not None and self.store.unavailable_since is not None:
             return False, "results store unavailable"
-        return True, f"{len(assigned)} partitions assigned"
+        return True, f"{assigned} partitions assigned"
 
     async def run(self) -> int:
         tracer, provider = build_tracer(self.settings.telemetry)
@@ -160,6 +179,8 @@ class Daemon:
                 self.processor = await self._processor(stack, producer_kwargs=None)
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
                 ingest = self._ingest(dead_letters, tracer, text_lines=True)
+                if self.settings.kafka.otlp_stage_enabled:
+                    ingest.attach_otlp(self._local_otlp(ingest, dead_letters))
                 return await self._run_file(ingest)
             kafka_kwargs = producer_kwargs(self.settings.kafka)
             self.processor = await self._processor(stack, producer_kwargs=kafka_kwargs)
@@ -170,19 +191,90 @@ class Daemon:
                 await producer.start()
                 stack.push_async_callback(producer.stop)
                 dead_letters = producer
-            ingest = self._ingest(dead_letters, tracer)
-            kafka = KafkaSource(
-                self.settings.kafka, self.tracker, self.metrics, on_revoking=self._on_revoking
+            return await self._run_kafka(stack, dead_letters, tracer, kafka_kwargs)
+
+    def _local_otlp(self, ingest: Ingest, dead_letters: DeadLetterSink) -> LocalIntake:
+        """The file source's OTLP path: split and assembled here, releases scored directly."""
+        assembly = Assembly(
+            kafka=self.settings.kafka,
+            metrics=self.metrics,
+            otlp_metrics=self.otlp_metrics,
+            dead_letters=dead_letters,
+            output=ingest.dispatch_assembled,
+            finish=ingest.finish_messages,
+        )
+        return LocalIntake(assembly, self.tracker, self.metrics, ingest.reject)
+
+    async def _run_kafka(
+        self,
+        stack: AsyncExitStack,
+        dead_letters: DeadLetterSink,
+        tracer: Tracer | None,
+        kafka_kwargs: dict[str, Any],
+    ) -> int:
+        config = self.settings.kafka
+        ingest = self._ingest(dead_letters, tracer)
+        scoring_topics = list(config.topics)
+        otlp_source: KafkaSource | None = None
+        if config.otlp_stage_enabled:
+            await ensure_internal_topics(self.settings)
+            writer = TopicWriter(kafka_kwargs, config.max_message_bytes)
+            await writer.start()
+            stack.push_async_callback(writer.stop)
+            ingest.attach_otlp(
+                SpanForwarder(
+                    writer,
+                    config.effective_spans_topic,
+                    self.metrics,
+                    ingest.finish_messages,
+                    ingest.reject,
+                )
             )
-            self._kafka = kafka
+            scoring_topics.append(config.effective_traces_topic)
+            stage = self.otlp_stage = KafkaOtlpStage(
+                kafka=config,
+                metrics=self.metrics,
+                otlp_metrics=self.otlp_metrics,
+                tracker=self.otlp_tracker,
+                writer=writer,
+                dead_letters=dead_letters,
+            )
+            otlp_source = KafkaSource(
+                config,
+                self.otlp_tracker,
+                self.metrics,
+                on_assigned=self._on_otlp_assigned,
+                on_revoking=self._on_otlp_revoking,
+                group_id=config.effective_otlp_group_id,
+                topics=[*config.otlp_topics, config.effective_spans_topic],
+                name="otlp",
+                busy=stage.busy,
+                skip_finished=True,  # spans of released traces must not come back as fragments
+            )
+        scoring = KafkaSource(
+            config,
+            self.tracker,
+            self.metrics,
+            on_revoking=self._on_revoking,
+            topics=scoring_topics,
+            name="scoring",
+        )
+        sources = [scoring] + ([otlp_source] if otlp_source is not None else [])
+        try:
+            for source in sources:
+                await source.start()
+                self._sources.append(source)
+            unfreeze = _freeze_startup_heap()
             try:
-                await kafka.start()
-                return await self._run_kafka(kafka, ingest)
+                return await self._consume(scoring, ingest, otlp_source)
             finally:
-                self._kafka = None
-                await kafka.stop()
-                self.metrics.ready.set(0)
-                log.info("left the consumer group")
+                unfreeze()
+        finally:
+            self._sources = []
+            for source in sources:
+                await source.stop()
+            self.metrics.ready.set(0)
+            log.info("left the consumer groups")
 
     async def _processor(
         self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
@@ -214,6 +306,15 @@ class Daemon:
         if self.conversations is not None:
             await self.conversations.forget_all()
 
+    async def _on_otlp_revoking(self, revoked: set[TopicPartition]) -> None:
+        if self.otlp_stage is not None:
+            self.otlp_stage.on_revoked(revoked)
+
+    async def _on_otlp_assigned(self, assigned: set[TopicPartition]) -> None:
+        source = next((s for s in self._sources if s.name == "otlp"), None)
+        if self.otlp_stage is not None:
+            self.otlp_stage.on_assigned(assigned | (source.assignment if source else set()))
+
     async def _maintain(self) -> None:
         """Periodic upkeep of the consume loop: end idle conversations."""
         now = time.monotonic()
@@ -236,24 +337,31 @@ class Daemon:
             metrics=self.metrics,
             tracer=tracer,
             max_in_flight=kafka.max_in_flight,
-            assembly_window_seconds=kafka.otlp_assembly_window_seconds,
-            max_pending_traces=kafka.otlp_max_pending_traces,
+            assembled_topics=frozenset({kafka.effective_traces_topic}),
             text_lines=text_lines,
         )
         return self._active_ingest
 
-    async def _run_kafka(self, kafka: KafkaSource, ingest: Ingest) -> int:
-        unfreeze = _freeze_startup_heap()
-        try:
-            return await self._consume(kafka, ingest)
-        finally:
-            unfreeze()
-
-    async def _consume(self, kafka: KafkaSource, ingest: Ingest) -> int:
+    async def _consume(
+        self, scoring: KafkaSource, ingest: Ingest, otlp_source: KafkaSource | None
+    ) -> int:
         self.started.set()
-        log.info("consuming", topics=self.settings.kafka.topics, group=self.settings.kafka.group_id)
+        log.info(
+            "consuming",
+            topics=scoring.topics,
+            group=scoring.group_id,
+            otlp_topics=otlp_source.topics if otlp_source is not None else [],
+            otlp_group=otlp_source.group_id if otlp_source is not None else None,
+        )
+        async with asyncio.TaskGroup() as loops:
+            loops.create_task(self._scoring_loop(scoring, ingest))
+            if otlp_source is not None and self.otlp_stage is not None:
+                loops.create_task(self._otlp_loop(otlp_source, self.otlp_stage))
+        return 0
+
+    async def _scoring_loop(self, kafka: KafkaSource, ingest: Ingest) -> None:
         while not self._stop.is_set():
-            self._heartbeat = time.monotonic()
+            self._heartbeats["scoring"] = time.monotonic()
             self.metrics.ready.set(1 if self._ready()[0] else 0)
             messages = await kafka.fetch(timeout_ms=500)
             if messages and not self._stop.is_set():
@@ -270,7 +378,18 @@ class Daemon:
             )
             ingest.cancel_all()
         await kafka.commit()
-        return 0
+
+    async def _otlp_loop(self, kafka: KafkaSource, stage: KafkaOtlpStage) -> None:
+        """Re-key span exports and assemble traces. Traces still assembling at shutdown are
+        not committed: the next owner reads their spans again."""
+        while not self._stop.is_set():
+            self._heartbeats["otlp"] = time.monotonic()
+            messages = await kafka.fetch(timeout_ms=500)
+            if messages and not self._stop.is_set():
+                await stage.handle_batch(messages)
+            await stage.tick()
+            await kafka.commit_if_due()
+        await kafka.commit()
 
     async def _run_file(self, ingest: Ingest) -> int:
         assert self.source_spec.path is not None
@@ -281,7 +400,7 @@ class Daemon:
             async for batch in read_lines(
                 self.source_spec.path, self.settings.kafka.max_message_bytes, stop=self._stop
             ):
-                self._heartbeat = time.monotonic()
+                self._heartbeats["scoring"] = time.monotonic()
                 if self._stop.is_set():
                     break
                 await ingest.handle_batch(batch)
@@ -360,6 +479,12 @@ async def build_scoring_stage(
         else:
             judge = LLMJudge(settings.judge, judge_metrics, budget=sampler.budget)
         stack.push_async_callback(judge.aclose)
+    tracker = ConversationTracker(
+        settings.conversations,
+        ConversationMetrics(metrics.registry, metrics.agent_label),
+        store=store,
+        judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
+    )
     processor = ScoringProcessor(
         tier0=HeuristicEvaluator(must_not_contain=settings.scoring.must_not_contain),
         metrics=scoring_metrics,
@@ -370,12 +495,7 @@ async def build_scoring_stage(
         publisher=publisher,
         store_redactor=redactor if settings.redact.store and redactor.enabled else None,
         results_redactor=redactor if settings.redact.results_topic and redactor.enabled else None,
+        conversations=tracker,
+        on_skip=lambda reason: metrics.traces_skipped.labels(reason).inc(),
     )
-    tracker = ConversationTracker(
-        settings.conversations,
-        ConversationMetrics(metrics.registry, metrics.agent_label),
-        store=store,
-        judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
-    )
-    processor.observers.append(tracker.observe)
     return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget)

@@ -1,15 +1,24 @@
 """The scoring stage: tier 0 on every trace, the LLM judge on a sample, results to every sink.
 
-A trace is finished (its offset committable) once its results are stored and published, and,
-when it was sampled, once the judge has answered or given up. Judge work beyond the queue bound
-is shed and counted; it never blocks consumption.
+One path per trace: the conversation stage numbers the turn (waiting for the conversation's
+earlier turns), the evaluators run on the numbered trace, and each result goes to the
+conversation's turn row, the store, the results topic and the metrics. A trace is finished (its
+offset committable) once its results are stored and published, and, when it was sampled, once
+the judge has answered or given up. Judge work beyond the queue bound is shed and counted; it
+never blocks consumption.
+
+Traces the OTLP stage assembled carry what assembly knew in `metadata`: `incomplete_trace`
+(released before it was whole: every result gets the `incomplete_trace` flag) and `revision`
+(re-assembled after late spans: its results are upserted over the earlier ones, but the
+metrics, which counted the trace once already, are not counted again).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -20,6 +29,9 @@ from monitor.export.span_events import add_evaluation_events
 from monitor.models import EvaluationResult, StatementVerdict, Trace
 from monitor.store import Store
 
+if TYPE_CHECKING:
+    from monitor.conversation import ConversationTracker, Turn
+
 log = structlog.get_logger(__name__)
 
 DEFAULT_OFFLOAD_CHARS = 50_000
@@ -29,6 +41,17 @@ the Kafka fetcher, the probes and every other trace). Smaller ones run inline, w
 than a thread hop."""
 
 ResultObserver = Callable[[Trace, EvaluationResult], Awaitable[None]]
+INCOMPLETE_FLAG = "incomplete_trace"
+
+
+def revision(trace: Trace) -> int:
+    """1 for a trace seen the first time; more for a re-assembly after late spans."""
+    value = (trace.metadata or {}).get("revision")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+
+
+def incomplete(trace: Trace) -> bool:
+    return (trace.metadata or {}).get(INCOMPLETE_FLAG) is True
 
 
 class SyncEvaluator(Protocol):
@@ -79,6 +102,8 @@ class ScoringProcessor:
         store_redactor: TextRedactor | None = None,
         results_redactor: TextRedactor | None = None,
         offload_chars: int = DEFAULT_OFFLOAD_CHARS,
+        conversations: ConversationTracker | None = None,
+        on_skip: Callable[[str], None] | None = None,
     ) -> None:
         self._tier0 = tier0
         self._offload_chars = offload_chars
@@ -91,16 +116,49 @@ class ScoringProcessor:
         self._publisher = publisher
         self._store_redactor = store_redactor
         self._results_redactor = results_redactor
+        self._conversations = conversations
+        self._on_skip = on_skip
         self.observers: list[ResultObserver] = []
 
     async def process(self, trace: Trace) -> None:
-        tier0 = await self._tier0_result(trace)
-        judging = self._judge_if_sampled(trace, tier0)
-        await self._emit(trace, tier0)
-        if judging is not None:
-            judged = await judging
-            if judged is not None:
-                await self._emit(trace, judged)
+        count = revision(trace) == 1
+        if incomplete(trace) and await self._has_whole_result(trace):
+            # Spans of a trace already scored whole, arriving where nobody remembers it (after a
+            # rebalance): they must not overwrite the whole trace's result with a fragment's.
+            log.info("fragment of a trace already scored whole; skipped", trace_id=trace.trace_id)
+            if self._on_skip is not None:
+                self._on_skip("otlp_late_spans")
+            return
+        async with self._turn(trace) as turn:
+            if turn is not None:
+                trace = turn.trace
+            tier0 = self._flagged(trace, await self._tier0_result(trace))
+            judging = self._judge_if_sampled(trace, tier0, count)
+            await self._emit(trace, tier0, turn, count)
+            if judging is not None:
+                judged = await judging
+                if judged is not None:
+                    await self._emit(trace, self._flagged(trace, judged), turn, count)
+
+    @asynccontextmanager
+    async def _turn(self, trace: Trace) -> AsyncIterator[Turn | None]:
+        if self._conversations is None:
+            yield None
+            return
+        async with self._conversations.turn(trace) as turn:
+            yield turn
+
+    async def _has_whole_result(self, trace: Trace) -> bool:
+        if self._store is None:
+            return False
+        stored = await self._store.get_result(trace.trace_id, self._tier0.name)
+        return stored is not None and INCOMPLETE_FLAG not in stored.flags
+
+    @staticmethod
+    def _flagged(trace: Trace, result: EvaluationResult) -> EvaluationResult:
+        if not incomplete(trace) or INCOMPLETE_FLAG in result.flags:
+            return result
+        return result.model_copy(update={"flags": [*result.flags, INCOMPLETE_FLAG]})
 
     async def _tier0_result(self, trace: Trace) -> EvaluationResult:
         size = len(trace.query) + len(trace.answer) + sum(len(c.text) for c in trace.contexts)
@@ -111,7 +169,7 @@ class ScoringProcessor:
         return self._tier0.evaluate(trace)
 
     def _judge_if_sampled(
-        self, trace: Trace, tier0: EvaluationResult
+        self, trace: Trace, tier0: EvaluationResult, count: bool = True
     ) -> asyncio.Task[EvaluationResult | None] | None:
         agent = self._metrics.agent_label(trace.agent)
         self._sampler.observe_queue(self._judge_depth)
@@ -120,7 +178,8 @@ class ScoringProcessor:
             return None
         decision = self._sampler.decide(trace, tier0)
         if decision == "skipped":
-            self._metrics.sampler_decisions.labels(agent, "skipped").inc()
+            if count:
+                self._metrics.sampler_decisions.labels(agent, "skipped").inc()
             return None
         shed_reason = None
         if decision == "rate_lowered":
@@ -132,10 +191,12 @@ class ScoringProcessor:
         elif self._judge_depth >= self._sampler.config.queue_size:
             shed_reason = "queue_full"
         if shed_reason is not None:
-            self._metrics.sampler_decisions.labels(agent, "shed").inc()
-            self._metrics.sampler_shed.labels(agent, shed_reason).inc()
+            if count:
+                self._metrics.sampler_decisions.labels(agent, "shed").inc()
+                self._metrics.sampler_shed.labels(agent, shed_reason).inc()
             return None
-        self._metrics.sampler_decisions.labels(agent, decision).inc()
+        if count:
+            self._metrics.sampler_decisions.labels(agent, decision).inc()
         self._judge_depth += 1
         self._metrics.judge_queue.set(self._judge_depth)
         return asyncio.create_task(self._run_judge(trace))
@@ -150,14 +211,21 @@ class ScoringProcessor:
             self._metrics.judge_queue.set(self._judge_depth)
         return result  # its tokens were charged to the sampler's budget by the judge client
 
-    async def _emit(self, trace: Trace, result: EvaluationResult) -> None:
-        self._metrics.record(result)
+    async def _emit(
+        self, trace: Trace, result: EvaluationResult, turn: Turn | None, count: bool = True
+    ) -> None:
+        if count:
+            self._metrics.record(result)
         add_evaluation_events(result)
+        moved: list[EvaluationResult] = []
+        if turn is not None:
+            moved = await turn.record(result, count=count)
         writes = []
         if self._store is not None:
             writes.append(self._save(trace, result))
         if self._publisher is not None:
             writes.append(self._publish(result))
+            writes += [self._publish(other) for other in moved]  # their turn moved up
         if writes:
             await asyncio.gather(*writes)
         for observer in self.observers:

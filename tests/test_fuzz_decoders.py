@@ -56,6 +56,7 @@ from tests.support.faults import (
     committed_total,
     env_int,
     kafka_env,
+    pipeline_drained,
     stored_by_evaluator,
     topic_records,
     wait_until,
@@ -785,9 +786,9 @@ def test_fuzzed_messages_through_the_broker_are_dead_lettered_or_processed(
         daemon.start()
         daemon.wait_ready(90)
         wait_until(
-            lambda: committed_total(bootstrap, group) >= len(messages),
+            lambda: pipeline_drained(bootstrap, group, [topic]),
             90,
-            "every fuzzed message committed past",
+            "every fuzzed message committed past, OTLP traces through both stages",
             interval=0.5,
         )
         assert daemon.alive and daemon.status("/healthz") == 200

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiokafka.structs import TopicPartition
 
-from monitor.source.offsets import OffsetTracker
+from monitor.source.offsets import OffsetTracker, ReplayFilter, commit_metadata
 
 TP = TopicPartition("in", 0)
 
@@ -55,3 +55,31 @@ def test_partitions_are_independent() -> None:
     tracker.finish(other, 10)
     assert tracker.to_commit() == {TP: 0, other: 11}
     assert tracker.pending(TP) == 1 and tracker.pending(other) == 0
+
+
+def test_commit_metadata_lists_the_unfinished_offsets_beyond_the_commit() -> None:
+    tracker = OffsetTracker()
+    for offset in range(10, 16):
+        tracker.begin(TP, offset)
+    for offset in (11, 12, 14):  # 10, 13 and 15 are spans of traces still assembling
+        tracker.finish(TP, offset)
+    ((offset, metadata),) = tracker.to_commit_with_metadata().values()
+    assert offset == 10 and metadata == "unfinished:6:0,3,5"
+    tracker.mark_committed({TP: offset}, {TP: metadata})
+    assert tracker.to_commit_with_metadata() == {}, "nothing moved"
+    tracker.finish(TP, 13)
+    assert tracker.to_commit_with_metadata() == {TP: (10, "unfinished:6:0,5")}
+
+    replay = ReplayFilter()  # the partition's next owner
+    replay.load(TP, 10, "unfinished:6:0,5")
+    assert [o for o in range(10, 18) if replay.done(TP, o)] == [11, 12, 13, 14]
+    assert not replay.done(TP, 12), "past the range the filter is gone"
+
+
+def test_commit_metadata_that_does_not_fit_or_parse_means_read_everything_again() -> None:
+    assert commit_metadata(0, 10_000, range(0, 10_000, 2)) == ""
+    assert commit_metadata(5, 5, []) == ""
+    replay = ReplayFilter()
+    replay.load(TP, 0, "written by someone else")
+    replay.load(TP, 0, "unfinished:zz:1")
+    assert not replay.done(TP, 1)

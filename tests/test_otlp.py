@@ -18,16 +18,16 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.trace import SpanKind
 
 from monitor.models import Trace
+from monitor.source.assembly import Release, TraceAssembler
 from monitor.source.otlp import (
-    Assembled,
     OtlpDecodeError,
     OtlpMappingError,
     SpanRecord,
-    TraceAssembler,
     decode_otlp,
     detect_format,
     spans_to_trace,
 )
+from monitor.source.otlp_split import TracePart, encode_request, merge_parts, split_by_trace
 from tests.support.otlp_spans import (
     ANSWER,
     DOCS,
@@ -39,6 +39,7 @@ from tests.support.otlp_spans import (
     end_time,
     hex_trace_id,
     openinference_rag,
+    openinference_rag_spans,
     serialize,
 )
 
@@ -546,96 +547,189 @@ def test_llm_span_without_content_is_a_mapping_error() -> None:
 # ---------------------------------------------------------------------------- assembling
 
 
+def parts_of(spans: Any, fmt: Fmt = "otlp_proto") -> list[TracePart]:
+    return split_by_trace(encode(spans, fmt), fmt)
+
+
+def assembler(**bounds: Any) -> TraceAssembler[str]:
+    values: dict[str, Any] = {
+        "max_seconds": 60.0,
+        "grace_seconds": 30.0,
+        "max_traces": 100,
+        "max_bytes": 10**9,
+        "settle_seconds": 0.0,
+    }
+    values.update(bounds)
+    return TraceAssembler(**values)
+
+
+def add(target: TraceAssembler[str], part: TracePart, token: str, now: float) -> str:
+    return target.add(part.trace_id, part.data, part.shapes, token, now)
+
+
+def mapped_release(release: Release[str]) -> Trace:
+    trace = spans_to_trace(decode_otlp(merge_parts(list(release.parts)), "otlp_proto"))
+    assert isinstance(trace, Trace)
+    return trace
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_trace_split_across_two_messages(fmt: Fmt) -> None:
+def test_a_trace_is_released_the_moment_its_root_and_every_parent_are_there(fmt: Fmt) -> None:
     app = App()
     openinference_rag(app)
-    spans = app.spans()  # children end first: retriever, llm, then the chain
-    first = decode_otlp(encode(spans[:2], fmt), fmt)
-    second = decode_otlp(encode(spans[2:], fmt), fmt)
-    assembler: TraceAssembler[tuple[int, int]] = TraceAssembler(window_seconds=5.0)
-    assembler.add(first, (0, 10), now=100.0)
-    assembler.add(second, (0, 11), now=103.0)
-    assert assembler.pop_ready(104.9) == []
-    assert len(assembler) == 1
-    (done,) = assembler.pop_ready(105.0)
+    spans = app.spans()  # children end first: retriever, llm, then the chain (the root)
+    (first,) = parts_of(spans[:2], fmt)
+    (second,) = parts_of(spans[2:], fmt)
+    target = assembler()
+    assert add(target, first, "m10", now=100.0) == "held"
+    assert target.pop_ready(159.9) == [], "children without their root wait for it"
+    assert add(target, second, "m11", now=159.9) == "held"
+    (done,) = target.pop_ready(159.9)
     assert done.trace_id == hex_trace_id(app.root())
-    assert done.tokens == [(0, 10), (0, 11)]
-    assert done.released_tokens == [(0, 10), (0, 11)]
-    assert done.span_count == 3
-    assert not done.late
-    assert isinstance(done.result, Trace)
-    assert (done.result.query, done.result.answer) == (QUESTION, ANSWER)
-    assert len(done.result.contexts) == 2
-    assert len(assembler) == 0
+    assert done.complete and done.reason == "complete" and done.revision == 1
+    assert done.tokens == ("m10", "m11") and done.origin == "m10"
+    assert done.start_ns == app.root().start_time
+    trace = mapped_release(done)
+    assert (trace.query, trace.answer) == (QUESTION, ANSWER)
+    assert len(trace.contexts) == 2
+    assert (target.pending, target.kept) == (0, 1)
 
 
-def test_message_with_several_traces_releases_token_after_the_last() -> None:
-    a, b = App(), App()
-    genai_rag(a)
-    openinference_rag(b)
-    b_spans = b.spans()
-    message_1 = decode_otlp(encode([*a.spans(), *b_spans[:1]], "otlp_proto"), "otlp_proto")
-    message_2 = decode_otlp(encode(b_spans[1:], "otlp_proto"), "otlp_proto")
-    assembler: TraceAssembler[str] = TraceAssembler(window_seconds=5.0)
-    assembler.add(message_1, "m1", now=0.0)
-    assembler.add(message_2, "m2", now=1.0)
-    assembler.add(message_2, "m2-redelivered", now=2.0)  # at-least-once: the same spans again
-    trace_a, trace_b = assembler.pop_ready(5.0)
-    assert (trace_a.tokens, trace_a.released_tokens) == (["m1"], [])
-    assert trace_b.tokens == ["m1", "m2", "m2-redelivered"]
-    assert trace_b.released_tokens == ["m1", "m2", "m2-redelivered"]
-    assert trace_b.span_count == 3
-    assert isinstance(trace_a.result, Trace) and isinstance(trace_b.result, Trace)
-    assert trace_a.result.agent == trace_b.result.agent == "support-bot"
-
-
-def test_pending_limit_evicts_oldest_first_and_flush_emits_the_rest() -> None:
-    apps = [App() for _ in range(3)]
-    for app in apps:
-        genai_rag(app)
-    assembler: TraceAssembler[int] = TraceAssembler(window_seconds=60.0, max_pending_traces=2)
-    for token, app in enumerate(apps):
-        assembler.add(decoded(app, "otlp_proto"), token, now=float(token))
-    (evicted,) = assembler.pop_ready(3.0)
-    assert evicted.trace_id == hex_trace_id(apps[0].root())
-    assert isinstance(evicted.result, Trace)
-    flushed = assembler.flush()
-    assert [f.trace_id for f in flushed] == [hex_trace_id(app.root()) for app in apps[1:]]
-    assert assembler.flush() == []
-
-
-def test_span_less_message_comes_back_as_trace_less_result() -> None:
+def test_a_complete_trace_settles_so_a_child_read_just_after_its_root_still_joins() -> None:
     app = App()
-    with app.tracer.start_as_current_span("GET /", kind=SpanKind.SERVER):
-        pass
-    assembler: TraceAssembler[str] = TraceAssembler(window_seconds=5.0)
-    assembler.add([], "empty", now=0.0)
-    assembler.add(decoded(app, "otlp_json"), "http", now=0.0)
-    assert assembler.pop_ready(0.0) == [Assembled(None, None, ["empty"], ["empty"])]
-    (http,) = assembler.pop_ready(5.0)
-    assert http.result is None and http.tokens == ["http"]
+    openinference_rag(app)
+    retriever, llm, root = app.spans()
+    target = assembler(settle_seconds=1.0)
+    for token, spans, now in (("m1", [llm], 0.0), ("m2", [root], 0.5)):
+        (part,) = parts_of(spans)
+        add(target, part, token, now=now)
+    assert target.pop_ready(1.4) == [], "complete since 0.5 s: settling"
+    (part,) = parts_of([retriever])  # from another partition, read a little later
+    add(target, part, "m3", now=1.4)
+    (done,) = target.pop_ready(1.5)
+    assert done.complete and done.tokens == ("m1", "m2", "m3")
+    assert len(mapped_release(done).contexts) == 2
 
 
-def test_unmappable_trace_and_late_spans() -> None:
+def test_a_missing_parent_keeps_a_trace_waiting_until_the_maximum() -> None:
     app = App()
+    tracer = app.tracer
     with (
-        app.tracer.start_as_current_span(
-            "invoke_workflow rag",
-            attributes={"gen_ai.operation.name": "invoke_workflow", "gen_ai.conversation.id": "c"},
-        ),
-        app.tracer.start_as_current_span("chat", attributes={"gen_ai.operation.name": "chat"}),
+        tracer.start_as_current_span("root"),
+        tracer.start_as_current_span("middle"),
+        tracer.start_as_current_span("leaf"),
     ):
         pass
-    spans = decoded(app, "otlp_proto")
-    assembler: TraceAssembler[str] = TraceAssembler(window_seconds=1.0)
-    assembler.add(spans, "m1", now=0.0)
-    (first,) = assembler.pop_ready(1.0)
-    assert isinstance(first.result, OtlpMappingError)
-    assert first.result.reason == "no_answer"
-    assembler.add(spans, "m2", now=2.0)
-    (again,) = assembler.flush()
-    assert again.late and again.tokens == ["m2"]
+    leaf, middle, root = app.spans()
+    target = assembler(max_seconds=10.0)
+    for token, spans in (("m1", [leaf]), ("m2", [root])):
+        (part,) = parts_of(spans)
+        add(target, part, token, now=0.0)
+    assert target.pop_ready(9.9) == [], "the root ended but the leaf's parent is missing"
+    (late,) = target.pop_ready(10.0)
+    assert not late.complete and late.reason == "max_wait"
+    (part,) = parts_of([middle])
+    assert add(target, part, "m3", now=11.0) == "held"
+    (revised,) = target.pop_ready(11.0)
+    assert revised.complete and revised.revision == 2 and revised.tokens == ("m3",)
+    assert len(revised.parts) == 3, "a revision carries every span so far"
+
+
+def test_spans_after_the_grace_period_are_late_and_exact_redeliveries_are_duplicates() -> None:
+    app = App()
+    openinference_rag(app)
+    spans = app.spans()
+    (whole,) = parts_of(spans)
+    target = assembler(grace_seconds=5.0)
+    add(target, whole, "m1", now=0.0)
+    (done,) = target.pop_ready(0.0)
+    assert done.complete
+    assert add(target, whole, "m1-again", now=1.0) == "duplicate", "nothing new: finish it now"
+    assert target.pop_ready(4.9) == []
+    assert target.pop_ready(5.0) == [] and target.kept == 0, "the grace period ended"
+    assert add(target, whole, "m1-later", now=6.0) == "late"
+
+
+def test_the_memory_bound_sheds_kept_traces_first_then_releases_the_oldest_early() -> None:
+    shed: list[str] = []
+    target = TraceAssembler(
+        max_seconds=600.0, grace_seconds=600.0, max_traces=2, max_bytes=10**9, on_shed=shed.append
+    )
+    apps = [App() for _ in range(4)]
+    for app in apps:
+        openinference_rag(app)
+    (whole,) = parts_of(apps[0].spans())
+    add(target, whole, "whole", now=0.0)
+    assert target.pop_ready(0.0)[0].complete
+    for n, app in enumerate(apps[1:], start=1):  # children only: they stay pending
+        (part,) = parts_of(app.spans()[:2])
+        add(target, part, f"m{n}", now=float(n))
+    assert shed == ["grace_limit", "pending_limit"]
+    (early,) = target.pop_ready(3.0)
+    assert early.trace_id == hex_trace_id(apps[1].root()) and not early.complete
+    assert early.reason == "pending_limit"
+    flushed = target.flush(4.0)
+    assert [r.trace_id for r in flushed] == [hex_trace_id(a.root()) for a in apps[2:]]
+    assert target.flush(5.0) == [] and target.bytes == 0
+
+
+def test_a_byte_bound_holds_as_well() -> None:
+    app = App()
+    openinference_rag(app)
+    (part,) = parts_of(app.spans()[:2])
+    target = assembler(max_bytes=len(part.data) - 1)
+    add(target, part, "m1", now=0.0)
+    (early,) = target.pop_ready(0.0)
+    assert early.reason == "pending_limit" and target.bytes == 0
+
+
+def test_traces_of_partitions_that_went_elsewhere_are_dropped_unreleased() -> None:
+    app, other = App(), App()
+    openinference_rag(app)
+    openinference_rag(other)
+    (part,) = parts_of(app.spans()[:1])
+    (whole,) = parts_of(other.spans())
+    target = assembler()
+    target.add(part.trace_id, part.data, part.shapes, "m1", 0.0, group="p0")
+    target.add(whole.trace_id, whole.data, whole.shapes, "m2", 0.0, group="p0")
+    assert len(target.pop_ready(0.0)) == 1
+    assert target.drop_pending({"p0", "p1"}) == 0
+    assert target.drop_pending({"p1"}) == 1, "the unreleased trace is the new owner's"
+    assert (target.pending, target.kept) == (0, 1), "a released trace keeps its grace period"
+    assert target.pop_ready(1000.0) == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_one_message_of_several_traces_splits_into_one_part_each(fmt: Fmt) -> None:
+    a, b = App("svc-a"), App("svc-b")
+    genai_rag(a)
+    openinference_rag(b)
+    message = encode([*a.spans(), *b.spans()], fmt)
+    parts = split_by_trace(message, fmt)
+    assert [p.trace_id for p in parts] == [hex_trace_id(a.root()), hex_trace_id(b.root())]
+    everything = decode_otlp(message, fmt)
+    for part in parts:
+        alone = decode_otlp(part.data, "otlp_proto")
+        assert alone == [s for s in everything if s.trace_id == part.trace_id], (
+            "the same spans, resource and scope"
+        )
+        assert part.span_count == len(alone)
+        back = encode_request(part.data, fmt)
+        assert decode_otlp(back, fmt) == alone, "a dead letter is readable in the input's format"
+
+
+def test_a_span_less_export_splits_into_nothing() -> None:
+    request = encode_spans(openinference_rag_spans())
+    del request.resource_spans[0].scope_spans[0].spans[:]
+    assert split_by_trace(request.SerializeToString(), "otlp_proto") == []
+
+
+def test_a_malformed_id_makes_the_whole_message_undecodable() -> None:
+    request = encode_spans(openinference_rag_spans())
+    request.resource_spans[0].scope_spans[0].spans[1].span_id = b"short"
+    with pytest.raises(OtlpDecodeError) as caught:
+        split_by_trace(request.SerializeToString(), "otlp_proto")
+    assert caught.value.reason == "invalid_id"
 
 
 # ---------------------------------------------------------------------------- never crashes

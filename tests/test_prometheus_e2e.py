@@ -182,7 +182,9 @@ async def test_every_panel_and_recording_rule_returns_data(
 
         generator = TrafficGenerator(service, seed=11, malformed_every=15)
         for _ in range(20):  # about 20 seconds of traffic, scraped every second
-            batch = [m for _ in range(3) for m in generator.conversation()]
+            # A conversation's turns are judged one after the other: enough conversations at
+            # once fill the judge queue (3) so that shedding has data too.
+            batch = [m for _ in range(8) for m in generator.conversation()]
             await produce(
                 kafka_broker.bootstrap, topics[0], [v for _, v in batch], keys=[k for k, _ in batch]
             )

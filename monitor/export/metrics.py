@@ -111,9 +111,10 @@ class Metrics:
         )
         self.assigned_partitions = Gauge(
             "ragmon_kafka_assigned_partitions",
-            "Partitions currently assigned to this consumer.",
+            "Partitions currently assigned to this replica's consumers.",
             registry=r,
         )
+        self._assigned_by_consumer: dict[str, int] = {}
         self.rebalances = Counter(
             "ragmon_kafka_rebalances", "Partition assignments received.", registry=r
         )
@@ -127,3 +128,8 @@ class Metrics:
             self.dead_letters.labels(reason)
         for outcome in ("ok", "error"):
             self.commits.labels(outcome)
+
+    def set_assigned(self, consumer: str, partitions: int) -> None:
+        """One consumer's assignment changed; the gauge shows all consumers' partitions."""
+        self._assigned_by_consumer[consumer] = partitions
+        self.assigned_partitions.set(sum(self._assigned_by_consumer.values()))

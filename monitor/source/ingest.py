@@ -2,9 +2,14 @@
 
 Every message is begun in the offset tracker when read and finished only when all the traces it
 carried are processed, deliberately skipped or dead-lettered, so committed offsets never pass
-unfinished work. A fetched batch is decoded at once and its traces processed in order by one
-task; at most `max_in_flight` traces are unfinished at a time, beyond which reading waits (the
-cheap stages keep up; the costly judge sheds load on its own).
+unfinished work. A fetched batch is decoded at once and handed to one task; at most
+`max_in_flight` traces are unfinished at a time, beyond which reading waits (the cheap stages
+keep up; the costly judge sheds load on its own).
+
+Traces of one conversation are processed one at a time, in the order of their start (within a
+batch; across batches in the order read), while different conversations run concurrently. OTLP
+messages go to the OTLP intake: re-keyed through the spans topic on Kafka, assembled in process
+for the file source.
 """
 
 from __future__ import annotations
@@ -19,20 +24,16 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
 
 from monitor.config import InputFormat
+from monitor.conversation import turn_order_key
 from monitor.export.metrics import Metrics
 from monitor.models import Trace
+from monitor.source.assembly import Release
 from monitor.source.deadletter import DeadLetterSink
 from monitor.source.messages import RawMessage
 from monitor.source.native import DecodeError, decode_native
 from monitor.source.offsets import OffsetTracker
-from monitor.source.otlp import (
-    Assembled,
-    OtlpDecodeError,
-    OtlpFormat,
-    TraceAssembler,
-    decode_otlp,
-    detect_format,
-)
+from monitor.source.otlp import OtlpFormat, detect_format
+from monitor.source.otlp_stage import OtlpIntake, PartToken
 from monitor.stage import TraceProcessor
 from monitor.telemetry import context_from_headers
 
@@ -61,11 +62,13 @@ class Ingest:
         metrics: Metrics,
         tracer: otel_trace.Tracer | None,
         max_in_flight: int,
-        assembly_window_seconds: float,
-        max_pending_traces: int,
+        otlp: OtlpIntake | None = None,
+        assembled_topics: frozenset[str] = frozenset(),
         text_lines: bool = False,
     ) -> None:
-        """`text_lines`: messages are lines of a text file (the file source), so with the `auto`
+        """`otlp` takes OTLP messages (None: input is native only); `assembled_topics` hold
+        native traces the OTLP stage assembled (never OTLP, already counted as decoded).
+        `text_lines`: messages are lines of a text file (the file source), so with the `auto`
         format bytes that are not JSON are a native decoding error (invalid_utf8, invalid_json),
         never OTLP protobuf."""
         self._format = input_format
@@ -81,11 +84,15 @@ class Ingest:
         self._capacity = asyncio.Event()
         self._waiting = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._assembler: TraceAssembler[RawMessage] = TraceAssembler(
-            window_seconds=assembly_window_seconds, max_pending_traces=max_pending_traces
-        )
+        self._otlp = otlp
+        self._assembled_topics = assembled_topics
+        # The last batch's work per conversation, which the next batch's work of it waits for.
+        self._tails: dict[str, asyncio.Future[None]] = {}
         self._decoded_native = metrics.traces_decoded.labels("native")
-        self._decoded_otlp = metrics.traces_decoded.labels("otlp")
+
+    def attach_otlp(self, otlp: OtlpIntake) -> None:
+        """Where OTLP messages go (set after construction: an in-process intake feeds back)."""
+        self._otlp = otlp
 
     @property
     def in_flight(self) -> int:
@@ -95,30 +102,46 @@ class Ingest:
     async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
         """Take fetched messages; returns once they are dispatched (not necessarily processed)."""
         work: list[_Work] = []
+        otlp: list[tuple[RawMessage, OtlpFormat]] = []
         consumed: dict[str, int] = {}
+        decoded = 0
         for msg in messages:
             consumed[msg.topic] = consumed.get(msg.topic, 0) + 1
             self._tracker.begin(msg.tp, msg.offset)
-            item = await self._decode(msg)
+            item = await self._decode(msg, otlp)
             if item is not None:
                 work.append(item)
+                decoded += msg.topic not in self._assembled_topics
         for topic, count in consumed.items():
             self._metrics.messages_consumed.labels(topic).inc(count)
+        if otlp:
+            if self._otlp is None:
+                for msg, _ in otlp:
+                    await self.reject(msg, DecodeError("otlp_undecodable", "OTLP input is off"))
+            else:
+                await self._otlp.take(otlp)
         if work:
-            self._decoded_native.inc(len(work))
+            self._decoded_native.inc(decoded)
             await self._dispatch(work)
 
-    async def _decode(self, msg: RawMessage) -> _Work | None:
-        """A native trace ready to process; None when the message was rejected or assembles."""
+    async def _decode(
+        self, msg: RawMessage, otlp: list[tuple[RawMessage, OtlpFormat]]
+    ) -> _Work | None:
+        """A native trace ready to process; None when the message was rejected or is OTLP (then
+        added to `otlp`)."""
         if msg.value is not None and msg.value_size > self._max_bytes:
             error = DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
-            await self._reject(msg, error)
+            await self.reject(msg, error)
             return None
-        fmt = self._format if self._format != "auto" else detect_format(msg.value or b"")
-        if fmt == "otlp_proto" and self._text_lines and self._format == "auto":
-            fmt = "native"  # a line of text is never protobuf: let the decoder name the fault
-        if fmt != "native":
-            await self._add_otlp(msg, fmt)
+        fmt: InputFormat = self._format
+        if msg.topic in self._assembled_topics:
+            fmt = "native"
+        elif fmt == "auto":
+            fmt = detect_format(msg.value or b"")
+            if fmt == "otlp_proto" and self._text_lines:
+                fmt = "native"  # a line of text is never protobuf: let the decoder name the fault
+        if fmt == "otlp_json" or fmt == "otlp_proto":
+            otlp.append((msg, fmt))
             return None
         parent = None
         if self._tracer is not None:
@@ -130,51 +153,20 @@ class Ingest:
         try:
             trace = decode_native(msg.value, self._max_bytes)
         except DecodeError as exc:
-            await self._reject(msg, exc)
+            await self.reject(msg, exc)
             return None
         return _Work(trace, (msg,), parent)
 
-    async def _add_otlp(self, msg: RawMessage, fmt: OtlpFormat) -> None:
-        try:
-            spans = decode_otlp(msg.value or b"", fmt)
-        except OtlpDecodeError as exc:
-            await self._reject(msg, DecodeError("otlp_undecodable", str(exc)))
-            return
-        trace_ids = {span.trace_id for span in spans}
-        if not trace_ids:
-            self._metrics.traces_skipped.labels("otlp_no_spans").inc()
-            self._tracker.finish(msg.tp, msg.offset)
-            return
-        # One unit of work per trace the message contributes to.
-        self._tracker.add_units(msg.tp, msg.offset, len(trace_ids) - 1)
-        self._assembler.add(spans, msg, time.monotonic())
-
     async def tick(self) -> None:
-        """Dispatch OTLP traces whose assembly window has closed."""
-        await self._dispatch_assembled(self._assembler.pop_ready(time.monotonic()))
+        """Let the OTLP intake release what is due (assembled traces, in process)."""
+        if self._otlp is not None:
+            await self._otlp.tick()
 
-    async def _dispatch_assembled(self, batch: list[Assembled[RawMessage]]) -> None:
-        work: list[_Work] = []
-        for assembled in batch:
-            tokens = tuple(dict.fromkeys(assembled.tokens))
-            result = assembled.result
-            if assembled.late:
-                # Late spans would overwrite the whole trace's result with a partial one.
-                self._metrics.traces_skipped.labels("otlp_late_spans").inc()
-                self._finish(tokens)
-            elif isinstance(result, Trace):
-                work.append(_Work(result, tokens))
-            elif result is None:
-                self._metrics.traces_skipped.labels("otlp_not_rag").inc()
-                self._finish(tokens)
-            else:
-                error = DecodeError("otlp_unmappable", f"trace {assembled.trace_id}: {result}")
-                for token in tokens:
-                    await self._reject(token, error, finish=False)
-                self._finish(tokens)
-        if work:
-            self._decoded_otlp.inc(len(work))
-            await self._dispatch(work)
+    async def dispatch_assembled(self, items: list[tuple[Trace, Release[PartToken]]]) -> None:
+        """Traces assembled in process (the file source): scored like native ones."""
+        await self._dispatch(
+            [_Work(trace, tuple(t.message for t in release.tokens)) for trace, release in items]
+        )
 
     @property
     def waiting_for_capacity(self) -> bool:
@@ -196,15 +188,37 @@ class Ingest:
         task.add_done_callback(self._tasks.discard)
 
     async def _process_batch(self, work: list[_Work]) -> None:
-        # Concurrent within the batch (the sinks are I/O-bound), through a few workers rather
-        # than a task per trace: task creation would cost more than the decoding.
-        items = iter(work)
+        # Concurrent across conversations (the sinks are I/O-bound), through a few workers
+        # rather than a task per trace: task creation would cost more than the decoding. One
+        # conversation's traces run in one worker, in start order, after the conversation's
+        # traces of earlier batches.
+        groups: dict[str, list[_Work]] = {}
+        for item in work:
+            groups.setdefault(item.trace.partition_key, []).append(item)
+        loop = asyncio.get_running_loop()
+        chained: list[tuple[str, list[_Work], asyncio.Future[None] | None, asyncio.Future[None]]]
+        chained = []
+        for key, items in groups.items():
+            if len(items) > 1:
+                items.sort(key=lambda w: turn_order_key(w.trace))
+            done: asyncio.Future[None] = loop.create_future()
+            chained.append((key, items, self._tails.get(key), done))
+            self._tails[key] = done
+        queue = iter(chained)
 
         async def worker() -> None:
-            for item in items:
-                await self._process_and_release(item)
+            for key, items, previous, done in queue:
+                try:
+                    if previous is not None and not previous.done():
+                        await asyncio.wait([previous])
+                    for item in items:
+                        await self._process_and_release(item)
+                finally:
+                    done.set_result(None)
+                    if self._tails.get(key) is done:
+                        del self._tails[key]
 
-        workers = min(len(work), BATCH_WORKERS)
+        workers = min(len(chained), BATCH_WORKERS)
         if workers == 1:
             await worker()
         else:
@@ -252,7 +266,8 @@ class Ingest:
             self._metrics.processing_seconds.observe(elapsed, exemplar=exemplar)
             self._finish(item.tokens)
 
-    async def _reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
+    async def reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
+        """Dead-letter a message that cannot be decoded (and finish it)."""
         log.warning(
             "message dead-lettered",
             topic=msg.topic,
@@ -276,16 +291,19 @@ class Ingest:
         await self._dead_letters.send(msg, reason, error_class, detail, value=value)
         self._metrics.dead_letters.labels(reason).inc()
 
+    def finish_messages(self, tokens: Sequence[RawMessage]) -> None:
+        self._finish(tokens)
+
     def _finish(self, tokens: Sequence[RawMessage]) -> None:
         for token in tokens:
             self._tracker.finish(token.tp, token.offset)
 
     async def drain(self, deadline: float) -> bool:
-        """Emit every assembling trace and wait for in-flight work until `deadline` (monotonic).
-
-        Returns False when the deadline passed with work still running.
+        """Release what the in-process OTLP intake still holds and wait for in-flight work until
+        `deadline` (monotonic). Returns False when the deadline passed with work still running.
         """
-        await self._dispatch_assembled(self._assembler.flush())
+        if self._otlp is not None:
+            await self._otlp.flush()
         while self._tasks:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

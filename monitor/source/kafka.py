@@ -15,7 +15,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 from monitor.config import KafkaConfig, aiokafka_security_kwargs
 from monitor.export.metrics import Metrics
 from monitor.source.messages import RawMessage
-from monitor.source.offsets import OffsetTracker
+from monitor.source.offsets import OffsetTracker, ReplayFilter
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +43,13 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class KafkaSource:
-    """Consumes the input topics; commits only offsets the tracker says are finished."""
+    """Consumes a consumer group's topics; commits only offsets the tracker says are finished.
+
+    The daemon runs two: the scoring stage's group (`kafka.group_id`: native topics and the
+    assembled-traces topic) and the OTLP stage's (OTLP topics and the spans topic). `busy` tells
+    revocation which partitions still have work being finished (default: any unfinished
+    offset); work that is merely held back (traces being assembled) is re-read by the next owner.
+    """
 
     def __init__(
         self,
@@ -52,16 +58,28 @@ class KafkaSource:
         metrics: Metrics,
         on_assigned: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
         on_revoking: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+        *,
+        group_id: str | None = None,
+        topics: list[str] | None = None,
+        name: str = "scoring",
+        busy: Callable[[set[TopicPartition]], bool] | None = None,
+        skip_finished: bool = False,
     ) -> None:
+        """`skip_finished`: commits say which later offsets are unfinished, and a new owner
+        skips the others (for topics whose messages finish out of order: the spans topic)."""
         self._config = config
+        self.name = name
+        self.group_id = group_id or config.group_id
+        self.topics = topics if topics is not None else list(config.topics)
         self._tracker = tracker
         self._metrics = metrics
         self._on_assigned = on_assigned
         self._on_revoking = on_revoking
+        self._busy = busy or (lambda tps: any(tracker.pending(tp) for tp in tps))
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=config.bootstrap_servers,
-            group_id=config.group_id,
-            client_id=config.client_id,
+            group_id=self.group_id,
+            client_id=f"{config.client_id}-{name}",
             enable_auto_commit=False,
             auto_offset_reset=config.auto_offset_reset,
             max_partition_fetch_bytes=max(config.max_message_bytes * 2, 1_048_576),
@@ -71,6 +89,8 @@ class KafkaSource:
             max_poll_interval_ms=config.max_poll_interval_ms,
             **aiokafka_security_kwargs(config),
         )
+        self._skip_finished = skip_finished
+        self._replay = ReplayFilter()
         self._last_commit_at = time.monotonic()
         self.last_fetch_ok: float | None = None
         self._lag_labels: set[tuple[str, str]] = set()
@@ -79,7 +99,7 @@ class KafkaSource:
         return producer_kwargs(self._config)
 
     async def start(self) -> None:
-        self._consumer.subscribe(topics=self._config.topics, listener=_Rebalance(self))
+        self._consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
         await self._consumer.start()
 
     @property
@@ -121,8 +141,10 @@ class KafkaSource:
         )
         self.last_fetch_ok = time.monotonic()
         messages: list[RawMessage] = []
-        for records in batches.values():
+        for tp, records in batches.items():
             for rec in records:
+                if self._skip_finished and self._replay.done(tp, rec.offset):
+                    continue  # the partition's previous owner finished it
                 messages.append(
                     RawMessage(
                         topic=rec.topic,
@@ -144,21 +166,28 @@ class KafkaSource:
         """Commit every finished offset (of `partitions`, or all); False when the commit failed."""
         self._last_commit_at = time.monotonic()
         owned = self.assignment if partitions is None else partitions & self.assignment
-        offsets = self._tracker.to_commit(owned)
         self._update_lag(owned)
-        return await self._commit_offsets(offsets, "offset commit failed; will retry")
+        return await self._commit_offsets(owned, "offset commit failed; will retry")
 
-    async def _commit_offsets(self, offsets: dict[TopicPartition, int], on_failure: str) -> bool:
-        """Commit these offsets and count the outcome; False (logged) when the broker refused."""
-        if not offsets:
+    async def _commit_offsets(self, partitions: set[TopicPartition], on_failure: str) -> bool:
+        """Commit the finished offsets of these partitions and count the outcome; False
+        (logged) when the broker refused."""
+        if self._skip_finished:
+            pairs = self._tracker.to_commit_with_metadata(partitions)
+        else:
+            pairs = {tp: (o, "") for tp, o in self._tracker.to_commit(partitions).items()}
+        if not pairs:
             return True
+        offsets = {tp: offset for tp, (offset, _) in pairs.items()}
         try:
-            await self._consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
+            await self._consumer.commit(
+                {tp: OffsetAndMetadata(o, m) for tp, (o, m) in pairs.items()}
+            )
         except KafkaError as exc:
             self._metrics.commits.labels("error").inc()
             log.warning(on_failure, error=f"{type(exc).__name__}: {exc}")
             return False
-        self._tracker.mark_committed(offsets)
+        self._tracker.mark_committed(offsets, {tp: m for tp, (_, m) in pairs.items()})
         self._metrics.commits.labels("ok").inc()
         self._metrics.last_commit.set(time.time())
         log.debug(
@@ -180,12 +209,32 @@ class KafkaSource:
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self._metrics.rebalances.inc()
-        self._metrics.assigned_partitions.set(len(self.assignment))
+        self._metrics.set_assigned(self.name, len(self.assignment))
         log.info(
-            "partitions assigned", partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned)
+            "partitions assigned",
+            group=self.group_id,
+            partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned),
         )
+        if self._skip_finished:
+            await self._load_replay_filter(assigned)
         if self._on_assigned is not None:
             await self._on_assigned(assigned)
+
+    async def _load_replay_filter(self, assigned: set[TopicPartition]) -> None:
+        """Read what the previous owners said about the offsets beyond their commits."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        if coordinator is None or not assigned:
+            return
+        try:
+            committed = await asyncio.wait_for(
+                coordinator.fetch_committed_offsets(assigned), REVOKE_WAIT_SECONDS
+            )
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("could not read commit metadata; re-reading", error=type(exc).__name__)
+            return
+        for tp, meta in committed.items():
+            if meta.offset >= 0:
+                self._replay.load(tp, meta.offset, meta.metadata or "")
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Let the revoked partitions' in-flight work finish briefly, commit, then forget them."""
@@ -194,19 +243,21 @@ class KafkaSource:
         if self._on_revoking is not None:
             await self._on_revoking(revoked)
         deadline = time.monotonic() + REVOKE_WAIT_SECONDS
-        while any(self._tracker.pending(tp) for tp in revoked) and time.monotonic() < deadline:  # noqa: ASYNC110
+        while self._busy(revoked) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
-        await self._commit_offsets(
-            self._tracker.to_commit(revoked), "commit on revocation failed; the next owner re-reads"
-        )
+        await self._commit_offsets(revoked, "commit on revocation failed; the next owner re-reads")
         self._tracker.forget(revoked)
+        self._replay.forget(revoked)
         for tp in revoked:
             labels = (tp.topic, str(tp.partition))
             if labels in self._lag_labels:
                 self._metrics.consumer_lag.remove(*labels)
                 self._lag_labels.discard(labels)
+        self._metrics.set_assigned(self.name, len(self.assignment - revoked))
         log.info(
-            "partitions revoked", partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked)
+            "partitions revoked",
+            group=self.group_id,
+            partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked),
         )
 
     async def stop(self) -> None:

@@ -6,9 +6,9 @@ with one deviation: trace and span ids are lowercase hex strings, not base64. Fi
 lowerCamelCase or the proto's snake_case, and enum values names or integers.
 
 `decode_otlp` turns a message into flat, immutable `SpanRecord`s; it never raises anything but
-`OtlpDecodeError` whatever the input bytes. `TraceAssembler` groups the spans of one trace that
-arrive in several messages and maps each whole trace onto the `Trace` model with
-`spans_to_trace` (in `monitor.source.otlp_mapping`, re-exported here).
+`OtlpDecodeError` whatever the input bytes. `spans_to_trace` (in `monitor.source.otlp_mapping`,
+re-exported here) maps the spans of one whole trace onto the `Trace` model; splitting messages
+per trace is `monitor.source.otlp_split`, collecting a trace's parts `monitor.source.assembly`.
 """
 
 from __future__ import annotations
@@ -17,29 +17,26 @@ import base64
 import binascii
 import json
 import re
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from monitor.models import Trace
 from monitor.source.otlp_mapping import MAX_DETAIL_CHARS, OtlpMappingError, spans_to_trace
 
 __all__ = [
-    "Assembled",
     "OtlpDecodeError",
     "OtlpFormat",
     "OtlpMappingError",
     "SpanEvent",
     "SpanRecord",
-    "TraceAssembler",
     "decode_otlp",
     "detect_format",
+    "parse_request",
     "spans_to_trace",
 ]
 
@@ -124,7 +121,16 @@ def decode_otlp(data: bytes, fmt: OtlpFormat) -> list[SpanRecord]:
     in the given format, when the message is empty or carries no resource spans at all, or when
     a span's ids are malformed. A request whose resources carry no spans decodes to [].
     """
-    try:
+    return _guarded(lambda: _records(parse_request(data, fmt)))
+
+
+def parse_request(data: bytes, fmt: OtlpFormat) -> ExportTraceServiceRequest:
+    """The export request a message holds; raises OtlpDecodeError like `decode_otlp`.
+
+    Span ids are not checked here (`decode_otlp` and the per-trace split check them).
+    """
+
+    def parse() -> ExportTraceServiceRequest:
         if not data:
             raise OtlpDecodeError("empty_message", "message has no value")
         if fmt == "otlp_proto":
@@ -137,12 +143,23 @@ def decode_otlp(data: bytes, fmt: OtlpFormat) -> list[SpanRecord]:
             raise OtlpDecodeError(
                 "schema_violation", "no resource spans: not an ExportTraceServiceRequest"
             )
-        return _records(request)
+        return request
+
+    return _guarded(parse)
+
+
+R = TypeVar("R")
+
+
+def _guarded(work: Callable[[], R]) -> R:
+    """Run a decoding step so that nothing but OtlpDecodeError escapes, whatever the bytes."""
+    try:
+        return work()
     except OtlpDecodeError:
         raise
     except RecursionError:
         raise OtlpDecodeError("schema_violation", "message nested too deeply") from None
-    except Exception as exc:  # the decoder's contract: nothing else escapes, whatever the bytes
+    except Exception as exc:
         raise OtlpDecodeError(
             "schema_violation", f"undecodable message ({type(exc).__name__}: {exc})"
         ) from None
@@ -304,136 +321,3 @@ def _any_value(value: AnyValue) -> Any:
     if which == "bytes_value":
         return bytes(value.bytes_value)
     return None  # unset, or a profiles-only dictionary index
-
-
-# ---------------------------------------------------------------------------- assembling
-
-T = TypeVar("T", bound=Hashable)
-Mapper = Callable[[Sequence[SpanRecord]], Trace | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Assembled(Generic[T]):
-    """One emitted trace (or one span-less message) and the messages it came from.
-
-    `result` is the mapped Trace, None (no RAG turn, or a message that carried no spans, then
-    `trace_id` is None) or the OtlpMappingError saying why a RAG turn could not be mapped.
-    `tokens` are every source token that contributed spans to this trace. A message's spans can
-    belong to several traces: `released_tokens` are the tokens that no pending trace refers to
-    any longer, i.e. whose message is fully handed out once this and every earlier Assembled
-    holding it are processed. `late` is True when this trace id was already emitted before
-    (spans that arrived after its window closed); its result then covers only the late spans.
-    """
-
-    trace_id: str | None
-    result: Trace | OtlpMappingError | None
-    tokens: list[T]
-    released_tokens: list[T]
-    span_count: int = 0
-    late: bool = False
-
-
-@dataclass
-class _Pending(Generic[T]):
-    first_seen: float
-    spans: dict[str, SpanRecord] = field(default_factory=dict)
-    tokens: list[T] = field(default_factory=list)
-
-
-class TraceAssembler(Generic[T]):
-    """Collects spans that arrive in several messages into whole traces.
-
-    A trace is emitted `window_seconds` after its FIRST span arrived (not its last: a steady
-    trickle cannot keep a trace open forever), or earlier when more than `max_pending_traces`
-    traces are pending (oldest first, so memory stays bounded), or by `flush()`. `now` is any
-    monotonic clock in seconds (time.monotonic()). Tokens are opaque and hashable, for example a
-    Kafka (partition, offset). Mapping runs when a trace is emitted. Not thread-safe.
-    """
-
-    def __init__(
-        self,
-        window_seconds: float = 5.0,
-        max_pending_traces: int = 10_000,
-        mapper: Mapper = spans_to_trace,
-        remember_emitted: int = 100_000,
-    ) -> None:
-        if window_seconds < 0 or max_pending_traces < 1:
-            raise ValueError("window_seconds must be >= 0 and max_pending_traces >= 1")
-        self.window_seconds = window_seconds
-        self.max_pending_traces = max_pending_traces
-        self._mapper = mapper
-        self._pending: OrderedDict[str, _Pending[T]] = OrderedDict()
-        self._ready: list[Assembled[T]] = []
-        self._token_refs: dict[T, int] = {}
-        self._emitted: OrderedDict[str, None] = OrderedDict()
-        self._remember = remember_emitted
-
-    def __len__(self) -> int:
-        """Traces pending (not yet emitted)."""
-        return len(self._pending)
-
-    def add(self, spans: Sequence[SpanRecord], token: T, now: float) -> None:
-        """Take a message's spans. A message with no spans is returned by the next pop_ready
-        as Assembled(trace_id=None, result=None, tokens=[token]) so its caller can finish it."""
-        if not spans:
-            self._ready.append(Assembled(None, None, [token], [token]))
-            return
-        for span in spans:
-            pending = self._pending.get(span.trace_id)
-            if pending is None:
-                pending = self._pending[span.trace_id] = _Pending(first_seen=now)
-            pending.spans[span.span_id] = span
-            if token not in pending.tokens:
-                pending.tokens.append(token)
-                self._token_refs[token] = self._token_refs.get(token, 0) + 1
-        while len(self._pending) > self.max_pending_traces:
-            trace_id, oldest = self._pending.popitem(last=False)
-            self._ready.append(self._emit(trace_id, oldest))
-
-    def pop_ready(self, now: float) -> list[Assembled[T]]:
-        """Emit span-less messages, evicted traces, and traces whose window has passed,
-        in the order they arrived."""
-        ready, self._ready = self._ready, []
-        while self._pending:
-            trace_id, pending = next(iter(self._pending.items()))
-            if now - pending.first_seen < self.window_seconds:
-                break
-            del self._pending[trace_id]
-            ready.append(self._emit(trace_id, pending))
-        return ready
-
-    def flush(self) -> list[Assembled[T]]:
-        """Emit everything now (shutdown, end of input, partitions revoked)."""
-        ready, self._ready = self._ready, []
-        while self._pending:
-            trace_id, pending = self._pending.popitem(last=False)
-            ready.append(self._emit(trace_id, pending))
-        return ready
-
-    def _emit(self, trace_id: str, pending: _Pending[T]) -> Assembled[T]:
-        result: Trace | OtlpMappingError | None
-        try:
-            result = self._mapper(list(pending.spans.values()))
-        except OtlpMappingError as exc:
-            result = exc
-        released: list[T] = []
-        for token in pending.tokens:
-            left = self._token_refs.get(token, 1) - 1
-            if left <= 0:
-                self._token_refs.pop(token, None)
-                released.append(token)
-            else:
-                self._token_refs[token] = left
-        late = trace_id in self._emitted
-        self._emitted[trace_id] = None
-        self._emitted.move_to_end(trace_id)
-        while len(self._emitted) > self._remember:
-            self._emitted.popitem(last=False)
-        return Assembled(
-            trace_id,
-            result,
-            list(pending.tokens),
-            released,
-            span_count=len(pending.spans),
-            late=late,
-        )

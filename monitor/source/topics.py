@@ -1,4 +1,8 @@
-"""Start-up checks that the topics the daemon writes to exist (it never creates them)."""
+"""Start-up checks that the topics the daemon writes to exist.
+
+It creates none of them (only its own internal topics, `monitor.source.topic_admin`);
+`rag-monitor topics create` does.
+"""
 
 from __future__ import annotations
 

@@ -452,3 +452,25 @@ def committed_total(bootstrap: str, group: str) -> int:
 
 def end_total(bootstrap: str, topic: str) -> int:
     return sum(asyncio.run(end_offsets(bootstrap, topic)).values())
+
+
+def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
+    """The group has committed every partition of `topic` up to its end."""
+    from tests.support.kafka_io import committed_offsets
+
+    ends = asyncio.run(end_offsets(bootstrap, topic))
+    committed = asyncio.run(committed_offsets(bootstrap, group))
+    return all(committed.get((topic, p), 0) >= end for p, end in ends.items())
+
+
+def pipeline_drained(
+    bootstrap: str, group: str, inputs: Iterable[str] = (), otlp_inputs: Iterable[str] = ()
+) -> bool:
+    """Everything read went all the way through: the input topics (native ones by `group`, OTLP
+    ones by the OTLP stage's group), then the spans topic, then the assembled-traces topic are
+    committed to their ends (checked in that order, so what one stage wrote before its commit
+    is covered by the next check). Topic and group names are the defaults derived from `group`."""
+    otlp_group = f"{group}.otlp"
+    stages = [(group, topic) for topic in inputs] + [(otlp_group, t) for t in otlp_inputs]
+    stages += [(otlp_group, f"{group}.otlp-spans"), (group, f"{group}.otlp-traces")]
+    return all(committed_to_end(bootstrap, g, t) for g, t in stages)

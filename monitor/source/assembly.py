@@ -1,0 +1,308 @@
+"""Assembling the spans of one trace that arrive in several parts, until the trace is whole.
+
+A trace is complete when its root span (a span without a parent) has ended and every span it
+refers to as a parent is there. Exported spans have always ended, so a root in hand is an ended
+root. A child ends before its parent, so an SDK exports it in the same batch or an earlier one;
+but batches written to different partitions can be read out of order by a fraction of a second,
+so a complete trace is released `settle_seconds` after it became complete (a child read just
+after its root still joins). A trace that is not complete `max_seconds` after its first span is
+released anyway, marked incomplete.
+
+After its first release a trace is kept `grace_seconds` longer: spans that arrive then are added
+and the trace is released again with the next revision (when it becomes complete, or when the
+grace period ends), so a slow part re-maps and re-scores it. Spans of a trace forgotten after its
+grace period are "late": the caller counts and drops them.
+
+Memory is bounded by trace count and bytes over pending and kept traces together: kept traces
+are forgotten first, then the oldest pending ones are released early (incomplete); every such
+shedding is reported through `on_shed`. Parts are kept as the protobuf bytes they arrived as
+(far smaller than decoded spans) and only decoded by whoever maps a release.
+
+Not thread-safe; `now` is any monotonic clock in seconds. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Generic, Literal, NamedTuple, TypeVar
+
+__all__ = ["AddOutcome", "Release", "SpanShape", "TraceAssembler"]
+
+T = TypeVar("T")
+AddOutcome = Literal["held", "duplicate", "late"]
+ReleaseReason = Literal["complete", "max_wait", "pending_limit", "grace_end", "flush"]
+
+
+class SpanShape(NamedTuple):
+    """What completeness needs to know of a span."""
+
+    span_id: bytes
+    parent_span_id: bytes  # b"" for a root span
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Generic[T]):
+    """A trace handed out for mapping: all its parts so far.
+
+    `tokens` are the inputs to finish once what is made of this release is safely stored (the
+    parts that arrived since the previous release). `origin` is the token the trace was first seen
+    with, kept for dead-letter provenance. `start_ns` is the root span's start (the earliest
+    span's start when the root is missing).
+    """
+
+    trace_id: str
+    parts: tuple[bytes, ...]
+    tokens: tuple[T, ...]
+    origin: T
+    revision: int
+    complete: bool
+    start_ns: int | None
+    reason: ReleaseReason
+
+
+class _Entry(Generic[T]):
+    __slots__ = (
+        "dirty",
+        "first_seen",
+        "group",
+        "origin",
+        "parents",
+        "part_hashes",
+        "parts",
+        "released_at",
+        "revision",
+        "root_ended",
+        "root_start",
+        "size",
+        "span_ids",
+        "start",
+        "tokens",
+        "trace_id",
+    )
+
+    def __init__(self, trace_id: str, origin: T, group: Hashable, now: float) -> None:
+        self.trace_id = trace_id
+        self.origin = origin
+        self.group = group
+        self.first_seen = now
+        self.parts: list[bytes] = []
+        self.part_hashes: set[int] = set()
+        self.tokens: list[T] = []
+        self.span_ids: set[bytes] = set()
+        self.parents: set[bytes] = set()
+        self.root_start: int | None = None
+        self.start: int | None = None
+        self.root_ended = False
+        self.size = 0
+        self.released_at: float | None = None
+        self.revision = 0
+        self.dirty = False
+
+    def add_shapes(self, shapes: Iterable[SpanShape]) -> None:
+        for span_id, parent, start, end in shapes:
+            self.span_ids.add(span_id)
+            if parent:
+                self.parents.add(parent)
+            else:
+                self.root_ended = self.root_ended or end > 0
+                if self.root_start is None or start < self.root_start:
+                    self.root_start = start
+            if start > 0 and (self.start is None or start < self.start):
+                self.start = start
+
+    @property
+    def complete(self) -> bool:
+        return self.root_ended and self.parents <= self.span_ids
+
+
+class TraceAssembler(Generic[T]):
+    def __init__(
+        self,
+        *,
+        max_seconds: float,
+        grace_seconds: float,
+        max_traces: int,
+        max_bytes: int,
+        settle_seconds: float = 0.0,
+        on_shed: Callable[[str], None] | None = None,
+        remember_forgotten: int = 100_000,
+    ) -> None:
+        if min(max_seconds, grace_seconds, settle_seconds) < 0 or max_traces < 1 or max_bytes < 1:
+            raise ValueError("bounds must be positive and times not negative")
+        self.max_seconds = max_seconds
+        self.settle_seconds = settle_seconds
+        self.grace_seconds = grace_seconds
+        self.max_traces = max_traces
+        self.max_bytes = max_bytes
+        self._on_shed = on_shed
+        self._entries: dict[str, _Entry[T]] = {}
+        self._pending: OrderedDict[str, None] = OrderedDict()  # by first part, oldest first
+        self._kept: OrderedDict[str, None] = OrderedDict()  # released, by first release
+        self._ready: dict[str, float] = {}  # complete (since when) and due for a release
+        self._shed: list[Release[T]] = []
+        self._forgotten: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember_forgotten
+        self.bytes = 0
+
+    @property
+    def pending(self) -> int:
+        """Traces not released yet."""
+        return len(self._pending)
+
+    @property
+    def kept(self) -> int:
+        """Released traces kept for late spans (their grace period)."""
+        return len(self._kept)
+
+    def add(
+        self,
+        trace_id: str,
+        part: bytes,
+        shapes: Iterable[SpanShape],
+        token: T,
+        now: float,
+        group: Hashable = None,
+    ) -> AddOutcome:
+        """Take one part of a trace.
+
+        "held": the token comes back in a later Release. "duplicate": the part is already here
+        and the trace was released, so there is nothing to do (finish the token now). "late":
+        the trace was forgotten after its grace period (finish the token, count it).
+        """
+        entry = self._entries.get(trace_id)
+        if entry is None:
+            if trace_id in self._forgotten:
+                return "late"
+            entry = self._entries[trace_id] = _Entry(trace_id, token, group, now)
+            self._pending[trace_id] = None
+        digest = hash(part)
+        new = digest not in entry.part_hashes
+        if not new and entry.released_at is not None:
+            return "duplicate"
+        entry.tokens.append(token)
+        if new:
+            entry.part_hashes.add(digest)
+            entry.parts.append(part)
+            entry.size += len(part)
+            self.bytes += len(part)
+            entry.add_shapes(shapes)
+            if entry.released_at is not None:
+                entry.dirty = True
+        if entry.complete and (entry.released_at is None or entry.dirty):
+            self._ready.setdefault(trace_id, now)
+        else:
+            self._ready.pop(trace_id, None)  # a new span names a parent not here yet
+        self._enforce_bounds(now)
+        return "held"
+
+    def pop_ready(self, now: float) -> list[Release[T]]:
+        """Releases due at `now`: complete traces, traces waiting longer than `max_seconds`,
+        traces shed for memory, and revisions of kept traces; forgets kept traces whose grace
+        period ended."""
+        releases, self._shed = self._shed, []
+        while self._ready:
+            trace_id, since = next(iter(self._ready.items()))
+            if now - since < self.settle_seconds:
+                break
+            del self._ready[trace_id]
+            entry = self._entries.get(trace_id)
+            if entry is not None and (entry.released_at is None or entry.dirty):
+                releases.append(self._release(entry, "complete", now))
+        while self._pending:
+            trace_id = next(iter(self._pending))
+            entry = self._entries[trace_id]
+            if now - entry.first_seen < self.max_seconds:
+                break
+            releases.append(self._release(entry, "max_wait", now))
+        while self._kept:
+            trace_id = next(iter(self._kept))
+            entry = self._entries[trace_id]
+            assert entry.released_at is not None
+            if now - entry.released_at < self.grace_seconds:
+                break
+            if entry.dirty:
+                releases.append(self._release(entry, "grace_end", now))
+            self._forget(entry)
+        return releases
+
+    def flush(self, now: float) -> list[Release[T]]:
+        """Release everything that has news now and forget it all (the end of a replay)."""
+        releases, self._shed = self._shed, []
+        self._ready = {}
+        for entry in list(self._entries.values()):
+            if entry.released_at is None or entry.dirty:
+                releases.append(self._release(entry, "flush", now))
+            self._forget(entry)
+        return releases
+
+    def drop_pending(self, keep: set[Hashable]) -> int:
+        """Forget the unreleased traces of every group not in `keep` (partitions that went to
+        another replica): their unfinished parts are read again by the next owner. Released
+        traces stay for the rest of their grace period. Returns how many were dropped."""
+        dropped = [
+            e for e in self._entries.values() if e.released_at is None and e.group not in keep
+        ]
+        for entry in dropped:
+            self._ready.pop(entry.trace_id, None)
+            self._remove(entry)
+        return len(dropped)
+
+    def _release(self, entry: _Entry[T], reason: ReleaseReason, now: float) -> Release[T]:
+        entry.revision += 1
+        tokens, entry.tokens = tuple(entry.tokens), []
+        entry.dirty = False
+        self._ready.pop(entry.trace_id, None)
+        if entry.released_at is None:
+            self._pending.pop(entry.trace_id, None)
+            entry.released_at = now
+            self._kept[entry.trace_id] = None
+        release = Release(
+            trace_id=entry.trace_id,
+            parts=tuple(entry.parts),
+            tokens=tokens,
+            origin=entry.origin,
+            revision=entry.revision,
+            complete=entry.complete,
+            start_ns=entry.root_start if entry.root_start is not None else entry.start,
+            reason=reason,
+        )
+        if self.grace_seconds == 0:
+            self._forget(entry)
+        return release
+
+    def _remove(self, entry: _Entry[T]) -> None:
+        if self._entries.pop(entry.trace_id, None) is None:
+            return  # already gone (forgotten at release when there is no grace period)
+        self._pending.pop(entry.trace_id, None)
+        self._kept.pop(entry.trace_id, None)
+        self.bytes -= entry.size
+
+    def _forget(self, entry: _Entry[T]) -> None:
+        self._remove(entry)
+        self._forgotten[entry.trace_id] = None
+        while len(self._forgotten) > self._remember:
+            self._forgotten.popitem(last=False)
+
+    def _enforce_bounds(self, now: float) -> None:
+        while len(self._entries) > self.max_traces or self.bytes > self.max_bytes:
+            if self._kept:
+                entry = self._entries[next(iter(self._kept))]
+                if entry.dirty:
+                    self._shed.append(self._release(entry, "grace_end", now))
+                self._forget(entry)
+                self._report("grace_limit")
+            elif self._pending:
+                entry = self._entries[next(iter(self._pending))]
+                self._shed.append(self._release(entry, "pending_limit", now))
+                self._forget(entry)
+                self._report("pending_limit")
+            else:
+                break
+
+    def _report(self, reason: str) -> None:
+        if self._on_shed is not None:
+            self._on_shed(reason)
