@@ -1,9 +1,10 @@
 """Which traces get the costly LLM judge, and shedding load when it falls behind.
 
 Decisions are deterministic by a hash of the conversation id (a conversation is judged whole or
-not at all), at a per-agent rate. Priority traces (negative feedback, low tier-0 faithfulness,
-no contexts) skip the rate. When the judge queue fills, the effective rate is lowered instead
-of blocking consumption, and whatever cannot be queued is shed and counted.
+not at all), at a per-agent rate. Priority traces (negative feedback, low tier-0 support, no
+contexts, an answer in another language than its contexts or question) skip the rate. When the
+judge queue fills, the effective rate is lowered instead of blocking consumption, and whatever
+cannot be queued is shed and counted.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.evaluate.token_budget import TokenBudget
 from monitor.models import EvaluationResult, Trace
+
+CROSS_LANGUAGE = "cross_language"
 
 Decision = Literal["sampled", "priority", "skipped", "rate_lowered"]
 """``rate_lowered``: the configured rate would have judged the trace, the load-lowered one did
@@ -77,6 +80,12 @@ class Sampler:
             and trace.feedback is not None
             and trace.feedback.score is not None
             and trace.feedback.score <= threshold
+        ):
+            return True
+        # Tier 0 cannot compare words across languages (cross_language): only the judge, which
+        # reads both, can tell whether such an answer is grounded.
+        if CROSS_LANGUAGE in tier0.flags or any(
+            score.reason == CROSS_LANGUAGE for score in tier0.scores.values()
         ):
             return True
         # `support` (continuous) ranks hallucination risk better than the faithfulness ratio.
