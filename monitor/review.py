@@ -59,6 +59,10 @@ METRICS = (
     "context_utilization",  # tier 0
     "support",  # tier 0
 )
+# Ranked by tier 0's headline by default: every trace has it, and it ranks answers better than
+# tier 0's faithfulness ratio (README, Scoring). `faithfulness` ranks tier 0's and the judge's
+# results together.
+DEFAULT_METRIC = "support"
 ANSWER_EXCERPT_CHARS = 300
 QUESTION_CHARS = 1000
 CLAIM_CHARS = 500
@@ -693,7 +697,7 @@ def parse_query(params: Mapping[str, str], now: datetime | None = None) -> Revie
         since = parse_since(since_text, now)
     except ValueError as exc:
         raise QueryError(str(exc)) from None
-    metric = (params.get("metric") or "faithfulness").strip()
+    metric = (params.get("metric") or DEFAULT_METRIC).strip()
     try:
         check_metric(metric)
     except ValueError as exc:
@@ -935,7 +939,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     review.add_argument("--agent", help="only this agent (default: all)")
     review.add_argument(
-        "--metric", default="faithfulness", choices=METRICS, help="ranked by (default faithfulness)"
+        "--metric",
+        default=DEFAULT_METRIC,
+        choices=METRICS,
+        help=f"ranked by (default {DEFAULT_METRIC})",
     )
     review.add_argument(
         "--worst", type=_worst_count, default=DEFAULT_WORST, help="how many (default 20)"

@@ -23,6 +23,7 @@ from urllib.parse import quote, urlencode
 
 from monitor.review import (
     CONTROLS,
+    DEFAULT_METRIC,
     DEFAULT_SINCE,
     DEFAULT_TIME,
     DEFAULT_WORST,
@@ -209,7 +210,7 @@ def _item(rank: int, item: ReviewItem, element_id: str, trace_url: str | None) -
 
 
 def _form(params: Mapping[str, str], agents: Sequence[str]) -> str:
-    metric = params.get("metric") or "faithfulness"
+    metric = params.get("metric") or DEFAULT_METRIC
     agent = params.get("agent") or ""
     metric_options = "".join(
         f'<option value="{_e(m)}"{" selected" if m == metric else ""}>{_e(m)}</option>'
@@ -260,7 +261,7 @@ def render_page(
     time: str = DEFAULT_TIME,
 ) -> str:
     """The whole page: filters, then the answers worst first (or the error, or 'none')."""
-    metric = params.get("metric") or "faithfulness"
+    metric = params.get("metric") or DEFAULT_METRIC
     agent = params.get("agent") or ""
     parts: list[str] = []
     if error is not None:

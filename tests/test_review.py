@@ -378,13 +378,18 @@ async def test_cli_prints_the_listing_and_json(
 
 async def _cli_listing_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     settings = Settings(store={"url": f"sqlite+aiosqlite:///{tmp_path / 'review.db'}"})
-    args = _cli_args("--since", "1h", "--worst", "2")
+    args = _cli_args("--since", "1h", "--worst", "2", "--metric", "faithfulness")
     assert (args.metric, args.agent, args.json) == ("faithfulness", None, False)
     assert await run_cli(args, settings) == 0
     out = capsys.readouterr().out
     assert "2 worst answers by faithfulness" in out and "trace t-worst" in out
     assert out.index("t-worst") < out.index("t-xss") and "t-secret" not in out
-    assert await run_cli(_cli_args("--agent", "billing-bot", "--json"), settings) == 0
+    assert (
+        await run_cli(
+            _cli_args("--agent", "billing-bot", "--json", "--metric", "faithfulness"), settings
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     assert [i["trace_id"] for i in document["items"]] == ["t-xss"]
     assert await run_cli(_cli_args("--since", "yesterday"), settings) == 2
@@ -496,7 +501,9 @@ async def test_page_escapes_trace_text_and_loads_nothing(
     http: tuple[str, aiohttp.ClientSession],
 ) -> None:
     base, session = http
-    async with session.get(base + f"/review?since={SINCE}", headers=_bearer(TOKEN)) as response:
+    async with session.get(
+        base + f"/review?since={SINCE}&metric=faithfulness", headers=_bearer(TOKEN)
+    ) as response:
         assert response.status == 200
         assert response.content_type == "text/html"
         csp = response.headers["Content-Security-Policy"]
@@ -541,7 +548,9 @@ async def test_page_filters_and_bad_parameters(http: tuple[str, aiohttp.ClientSe
     # Grafana's ${__from:date:iso} (milliseconds, Z) as `since`, from a table panel's data link.
     two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
     async with session.get(
-        base + "/review.json", params={"since": two_hours_ago}, headers=auth
+        base + "/review.json",
+        params={"since": two_hours_ago, "metric": "faithfulness"},
+        headers=auth,
     ) as response:
         assert response.status == 200 and (await response.json())["count"] == 4
     for query in (
@@ -594,7 +603,7 @@ async def test_routes_without_token_and_without_store(store: Store) -> None:
         current[0] = store
         async with session.get(base + "/review") as response:
             assert response.status == 200, "no token configured: open"
-        async with session.get(base + "/review.json") as response:
+        async with session.get(base + "/review.json?metric=faithfulness") as response:
             assert (await response.json())["count"] == 4
     with pytest.raises(ValueError, match="empty"):
         add_review_routes(web.Application(), lambda: store, "  ")
@@ -629,7 +638,7 @@ async def test_trace_links_to_a_trace_viewer(store: Store) -> None:
     async with (
         serve_review(lambda: store, None, trace_url_template=template) as base,
         aiohttp.ClientSession() as session,
-        session.get(base + "/review") as response,
+        session.get(base + "/review?metric=faithfulness") as response,
     ):
         html = await response.text()
     assert 'href="https://grafana.example/explore?traceId=t-worst"' in html
@@ -765,11 +774,13 @@ async def test_near_identical_answers_are_listed_once_with_a_count(
         assert "20 near-identical answers (scores 0.31-0.50" in text
 
         async with serve_review(lambda: store, None) as base, aiohttp.ClientSession() as session:
-            async with session.get(base + "/review.json?worst=4") as response:
+            async with session.get(base + "/review.json?worst=4&metric=faithfulness") as response:
                 document = await response.json()
-            async with session.get(base + "/review?worst=4") as response:
+            async with session.get(base + "/review?worst=4&metric=faithfulness") as response:
                 html = await response.text()
-            async with session.get(base + "/review.json?worst=4&group=0") as response:
+            async with session.get(
+                base + "/review.json?worst=4&group=0&metric=faithfulness"
+            ) as response:
                 ungrouped_json = await response.json()
         assert [(i["trace_id"], i["count"]) for i in document["items"]][:2] == [
             ("copy-19", 20),
@@ -784,9 +795,17 @@ async def test_near_identical_answers_are_listed_once_with_a_count(
     capsys.readouterr()  # the store's own log lines so far
     with structlog.testing.capture_logs():
         settings = Settings(store={"url": url})
-        assert await run_cli(_cli_args("--worst", "2", "--json"), settings) == 0
+        assert (
+            await run_cli(_cli_args("--worst", "2", "--json", "--metric", "faithfulness"), settings)
+            == 0
+        )
         assert [i["count"] for i in json.loads(capsys.readouterr().out)["items"]] == [20, 1]
-        assert await run_cli(_cli_args("--worst", "2", "--no-group"), settings) == 0
+        assert (
+            await run_cli(
+                _cli_args("--worst", "2", "--no-group", "--metric", "faithfulness"), settings
+            )
+            == 0
+        )
         assert "near-identical" not in capsys.readouterr().out
 
 
@@ -812,10 +831,64 @@ async def test_since_counts_from_when_answers_were_scored(
     capsys.readouterr()  # the store's own log lines so far
     with structlog.testing.capture_logs():
         settings = Settings(store={"url": url})
-        assert await run_cli(_cli_args("--since", "10m"), settings) == 0
+        assert await run_cli(_cli_args("--since", "10m", "--metric", "faithfulness"), settings) == 0
         out = capsys.readouterr().out
         assert out.startswith("1 worst answers by faithfulness scored since ")
-        assert await run_cli(_cli_args("--since", "10m", "--time", "trace"), settings) == 0
+        assert (
+            await run_cli(
+                _cli_args("--since", "10m", "--time", "trace", "--metric", "faithfulness"), settings
+            )
+            == 0
+        )
         out = capsys.readouterr().out
         assert out.startswith("No scored answers with trace time since ")
         assert "--time scored" in out
+
+
+async def test_tier_zero_support_ranks_by_default_and_faithfulness_stays_available(
+    tmp_path: Path,
+) -> None:
+    """Without a metric, /review.json, the page and the CLI rank by tier 0's headline,
+    `support` (it ranks answers better than tier 0's faithfulness ratio, and every trace has
+    one): only tier-0 results, lowest support first, whatever their faithfulness ties say.
+    `metric=faithfulness` ranks tier 0's and the judge's faithfulness together."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'review.db'}")
+    try:
+        for trace_id, scores, evaluator in (
+            (
+                "t-low-support",
+                {"support": Score.of(0.2), "faithfulness": Score.of(1.0)},
+                "heuristic",
+            ),
+            (
+                "t-high-support",
+                {"support": Score.of(0.7), "faithfulness": Score.of(0.0)},
+                "heuristic",
+            ),
+            ("t-judged", {"faithfulness": Score.of(0.1)}, "llm"),
+        ):
+            await _save(
+                store, _result(trace_id, scores, evaluator=evaluator), query="q", answer=trace_id
+            )
+        assert _cli_args().metric == "support"
+        async with serve_review(lambda: store, None) as base, aiohttp.ClientSession() as session:
+            async with session.get(base + "/review.json") as response:
+                document = await response.json()
+            assert document["metric"] == "support"
+            assert [i["trace_id"] for i in document["items"]] == ["t-low-support", "t-high-support"]
+            async with session.get(base + "/review") as response:
+                html = await response.text()
+            assert re.findall(r'data-trace-id="([^"]+)"', html) == [
+                "t-low-support",
+                "t-high-support",
+            ]
+            assert '<option value="support" selected>' in html
+            async with session.get(base + "/review.json?metric=faithfulness") as response:
+                document = await response.json()
+            assert [(i["trace_id"], i["evaluator"]) for i in document["items"]] == [
+                ("t-high-support", "heuristic"),
+                ("t-judged", "llm"),
+                ("t-low-support", "heuristic"),
+            ]
+    finally:
+        await store.close()
