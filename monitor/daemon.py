@@ -202,6 +202,7 @@ class Daemon:
             dead_letters=dead_letters,
             output=ingest.dispatch_assembled,
             finish=ingest.finish_messages,
+            awaits_events=True,  # a replay may carry log exports anywhere in it
         )
         return LocalIntake(assembly, self.tracker, self.metrics, ingest.reject)
 
@@ -246,7 +247,11 @@ class Daemon:
                 on_assigned=self._on_otlp_assigned,
                 on_revoking=self._on_otlp_revoking,
                 group_id=config.effective_otlp_group_id,
-                topics=[*config.otlp_topics, config.effective_spans_topic],
+                topics=[
+                    *config.otlp_topics,
+                    *config.otlp_logs_topics,
+                    config.effective_spans_topic,
+                ],
                 name="otlp",
                 busy=stage.busy,
                 skip_finished=True,  # spans of released traces must not come back as fragments
