@@ -35,7 +35,8 @@ from monitor.export.scoring_metrics import ScoringMetrics
 from monitor.golden.judges import open_answer_judge
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.schedule import GoldenScheduler
-from monitor.review import add_review_routes, review_redactor
+from monitor.review.http import add_review_routes
+from monitor.review.items import review_redactor
 from monitor.scoring import ScoringProcessor
 from monitor.source.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.source.file import read_lines

@@ -129,7 +129,7 @@ async def _migrates_a_version_1_database(url: str) -> None:
         )
     await engine.dispose()
 
-    from monitor.review import worst_answers
+    from monitor.review.queries import worst_answers
 
     store = await Store.open(url)
     try:
