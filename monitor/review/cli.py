@@ -10,18 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import make_url
 
 from monitor.agents_report import parse_since
-from monitor.review.items import (
-    DEFAULT_METRIC,
-    DEFAULT_SINCE,
-    DEFAULT_TIME,
-    DEFAULT_WORST,
-    MAX_WORST,
-    METRICS,
-    TIMES,
-    ReviewQuery,
-    check_time,
-    review_redactor,
-)
+from monitor.review import items
 from monitor.review.queries import answers_for
 from monitor.review.render import render_json, render_text
 from monitor.store import Store, sanitized_url
@@ -41,14 +30,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     review.add_argument(
         "--since",
-        default=DEFAULT_SINCE,
+        default=items.DEFAULT_SINCE,
         help="1h (default), 90m, 7d or ISO time; counted from when answers were scored"
         " (see --time)",
     )
     review.add_argument(
         "--time",
-        choices=TIMES,
-        default=DEFAULT_TIME,
+        choices=items.TIMES,
+        default=items.DEFAULT_TIME,
         help="what --since counts from: 'scored' (default; finds a replay of old traces right"
         " after it ran) or 'trace' (the traces' own timestamps)",
     )
@@ -61,12 +50,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     review.add_argument("--agent", help="only this agent (default: all)")
     review.add_argument(
         "--metric",
-        default=DEFAULT_METRIC,
-        choices=METRICS,
-        help=f"ranked by (default {DEFAULT_METRIC})",
+        default=items.DEFAULT_METRIC,
+        choices=items.METRICS,
+        help=f"ranked by (default {items.DEFAULT_METRIC})",
     )
     review.add_argument(
-        "--worst", type=_worst_count, default=DEFAULT_WORST, help="how many (default 20)"
+        "--worst", type=_worst_count, default=items.DEFAULT_WORST, help="how many (default 20)"
     )
     review.add_argument("--json", action="store_true", help="print JSON instead of a listing")
     review.add_argument("--config", type=Path, help="YAML configuration file")
@@ -74,8 +63,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _worst_count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= MAX_WORST:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_WORST}")
+    if not text.isdigit() or not 1 <= int(text) <= items.MAX_WORST:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {items.MAX_WORST}")
     return int(text)
 
 
@@ -90,8 +79,8 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as exc:
         print(f"rag-monitor: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    time = check_time(args.time)
-    query = ReviewQuery(since, args.metric, args.agent, args.worst, time, args.group)
+    time = items.check_time(args.time)
+    query = items.ReviewQuery(since, args.metric, args.agent, args.worst, time, args.group)
     url = settings.store.url.get_secret_value()
     try:
         store = await Store.open(url)
@@ -103,16 +92,16 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> int:
         )
         return EXIT_STORE
     try:
-        items = await answers_for(store, query, review_redactor(settings))
+        answers = await answers_for(store, query, items.review_redactor(settings))
     except Exception as exc:
         print(f"rag-monitor: cannot read the results store: {_scrubbed(exc, url)}", file=sys.stderr)
         return EXIT_STORE
     finally:
         await store.close()
     if args.json:
-        print(render_json(items, query))
+        print(render_json(answers, query))
     else:
-        print(render_text(items, since=since, agent=args.agent, time=time), end="")
+        print(render_text(answers, since=since, agent=args.agent, time=time), end="")
     return 0
 
 
