@@ -581,6 +581,18 @@ async def flaky_service() -> AsyncIterator[tuple[RunningService, list[str]]]:
     await service.stop()
 
 
+def flaky_config(service: RunningService) -> ServiceConfig:
+    return ServiceConfig.model_validate(
+        {
+            "url": service.url + "/",
+            "request_template": {"case": "{{query}}"},
+            "response": {"doc_ids": "results[*].id"},
+            "retries": 2,
+            "backoff_seconds": 0.01,
+        }
+    )
+
+
 class _LongestWaits(random.Random):
     """Draws the top of every range: each jittered wait is its backoff cap, so it can be named."""
 
@@ -595,15 +607,7 @@ async def test_client_retries_and_failures(flaky_service: tuple[RunningService, 
     async def sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
-    config = ServiceConfig.model_validate(
-        {
-            "url": service.url + "/",
-            "request_template": {"case": "{{query}}"},
-            "response": {"doc_ids": "results[*].id"},
-            "retries": 2,
-            "backoff_seconds": 0.01,
-        }
-    )
+    config = flaky_config(service)
     async with aiohttp.ClientSession() as session:
         client = ServiceClient(config, session, kind="retrieval", sleep=sleep, rng=_LongestWaits())
         reply = await client.call({"query": "retry-after"})
@@ -634,15 +638,7 @@ async def test_client_retries_are_counted(
 ) -> None:
     service, _ = flaky_service
     registry = CollectorRegistry()
-    config = ServiceConfig.model_validate(
-        {
-            "url": service.url + "/",
-            "request_template": {"case": "{{query}}"},
-            "response": {"doc_ids": "results[*].id"},
-            "retries": 2,
-            "backoff_seconds": 0.01,
-        }
-    )
+    config = flaky_config(service)
     async with aiohttp.ClientSession() as session:
         client = ServiceClient(
             config, session, kind="retrieval", retry_metrics=RetryMetrics.of(registry)

@@ -32,20 +32,14 @@ class TokenTally:
         return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
 
 
+@dataclass(frozen=True)
 class TokenMeter:
     """Charges the tokens of each response of one evaluator's endpoint."""
 
-    def __init__(
-        self,
-        config: JudgeConfig,
-        metrics: JudgeMetrics,
-        evaluator: str,
-        budget: TokenBudget | None = None,
-    ) -> None:
-        self.config = config
-        self.metrics = metrics
-        self.evaluator = evaluator
-        self.budget = budget
+    config: JudgeConfig
+    metrics: JudgeMetrics
+    evaluator: str
+    budget: TokenBudget | None = None
 
     def charge(self, usage: object, tally: TokenTally | None) -> None:
         """Charge a response's `usage`: the SDK's object or the mapping of a raw JSON body;
