@@ -45,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql.elements import ColumnElement
 
 from monitor.models import EvaluationResult
+from monitor.retry import Backoff, RetryMetrics, RetryPolicy
 
 log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
@@ -180,7 +181,13 @@ class _Pending:
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine, batch_size: int = 500, flush_seconds: float = 0.05):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        batch_size: int = 500,
+        flush_seconds: float = 0.05,
+        retry_metrics: RetryMetrics | None = None,
+    ):
         self._engine = engine
         self._dialect = engine.dialect.name
         self._batch_size = batch_size
@@ -190,6 +197,14 @@ class Store:
         self._writer: asyncio.Task[None] | None = None
         self._closed = False
         self.unavailable_since: float | None = None
+        # Unbounded: while the database is away, traces stay unfinished rather than lost.
+        self._retry = RetryPolicy(
+            "store",
+            Backoff(RETRY_MIN_SECONDS, RETRY_MAX_SECONDS),
+            retry_on=self._retryable,
+            metrics=retry_metrics,
+            on_retry=self._unavailable,
+        )
 
     @classmethod
     async def open(cls, url: str, **kwargs: Any) -> Store:
@@ -421,24 +436,15 @@ class Store:
 
     async def _retrying(self, operation: Callable[[], Awaitable[_T]]) -> _T:
         """Run a direct store call, riding out connection trouble like the write loop does."""
-        delay = RETRY_MIN_SECONDS
-        while True:
-            try:
-                result = await operation()
-            except Exception as exc:
-                if not _transient(exc) or self._closed:
-                    raise
-                self.unavailable_since = self.unavailable_since or time.monotonic()
-                log.warning(
-                    "store unavailable; retrying",
-                    error=type(exc).__name__,
-                    retry_in_s=round(delay, 1),
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
-                continue
-            self.unavailable_since = None
-            return result
+        result = await self._retry.call(operation)
+        self.unavailable_since = None
+        return result
+
+    def _retryable(self, exc: BaseException) -> bool:
+        return _transient(exc) and not self._closed
+
+    def _unavailable(self, _: BaseException) -> None:
+        self.unavailable_since = self.unavailable_since or time.monotonic()
 
     async def delete_rows(self, table: Table, **equals: Any) -> None:
         stmt = table.delete()

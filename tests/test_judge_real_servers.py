@@ -27,11 +27,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.daemon import Daemon, SourceSpec
-from monitor.evaluate.judge_client import CallFailure, TokenTally
+from monitor.evaluate.judge_client import CallFailure
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.llm import METRICS, LLMJudge
 from monitor.evaluate.token_budget import TokenBudget
+from monitor.evaluate.token_usage import TokenTally
 from monitor.golden.dataset import GenerationCase
 from monitor.golden.judges import LLMAnswerJudge
 from monitor.models import Constraint, EvaluationResult, Trace
