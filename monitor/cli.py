@@ -23,7 +23,7 @@ from monitor.golden.cli import dispatch as dispatch_golden
 from monitor.golden.cli import register as register_golden
 from monitor.logs import configure_logging
 from monitor.models import Trace
-from monitor.review import register as register_review
+from monitor.review.cli import register as register_review
 from monitor.source.topics import MissingTopicError
 from monitor.topics_cli import dispatch as dispatch_topics
 from monitor.topics_cli import register as register_topics
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         return _run(args.config, args.source)
     if args.command == "review":
-        from monitor.review import run_cli
+        from monitor.review.cli import run_cli
 
         settings = _load(args.config)
         configure_logging(settings.log.format, "warning")  # logs on stderr: --json stays clean

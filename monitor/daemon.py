@@ -35,7 +35,9 @@ from monitor.export.scoring_metrics import ScoringMetrics
 from monitor.golden.judges import open_answer_judge
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.schedule import GoldenScheduler
-from monitor.review import add_review_routes, review_redactor
+from monitor.retry import RetryMetrics
+from monitor.review.http import add_review_routes
+from monitor.review.items import review_redactor
 from monitor.scoring import ScoringProcessor
 from monitor.source.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.source.file import read_lines
@@ -187,7 +189,11 @@ class Daemon:
             if self._dead_letters_override is not None:
                 dead_letters = self._dead_letters_override
             else:
-                producer = KafkaDeadLetters(self.settings.kafka.dlq_topic, kafka_kwargs)
+                producer = KafkaDeadLetters(
+                    self.settings.kafka.dlq_topic,
+                    kafka_kwargs,
+                    RetryMetrics.of(self.metrics.registry),
+                )
                 await producer.start()
                 stack.push_async_callback(producer.stop)
                 dead_letters = producer
@@ -219,7 +225,9 @@ class Daemon:
         otlp_source: KafkaSource | None = None
         if config.otlp_stage_enabled:
             await ensure_internal_topics(self.settings)
-            writer = TopicWriter(kafka_kwargs, config.max_message_bytes)
+            writer = TopicWriter(
+                kafka_kwargs, config.max_message_bytes, RetryMetrics.of(self.metrics.registry)
+            )
             await writer.start()
             stack.push_async_callback(writer.stop)
             ingest.attach_otlp(
@@ -460,7 +468,10 @@ async def build_scoring_stage(
     """
     store = None
     if settings.store.enabled:
-        store = await Store.open(settings.store.url.get_secret_value())
+        store = await Store.open(
+            settings.store.url.get_secret_value(),
+            retry_metrics=RetryMetrics.of(metrics.registry),
+        )
         stack.push_async_callback(store.close)
     publisher = None
     if producer_kwargs is not None and settings.results.topic:

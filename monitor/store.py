@@ -11,14 +11,16 @@ import asyncio
 import contextlib
 import functools
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import structlog
 from sqlalchemy import (
+    JSON,
     Column,
     DateTime,
     Float,
@@ -27,21 +29,45 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
+    cast,
+    or_,
     select,
     text,
+    type_coerce,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.elements import ColumnElement
 
 from monitor.models import EvaluationResult
+from monitor.retry import Backoff, RetryMetrics, RetryPolicy
 
 log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
 
 metadata = MetaData()
+
+# Scores with a column of their own in evaluation_results (ranked by an indexed column); `worst`
+# reads any other score from the stored result document, by a name like these.
+SCORE_COLUMNS = ("faithfulness", "answer_relevancy", "context_precision")
+METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+# What a time window counts from: when results were scored, or the traces' own timestamps.
+TimeBasis = Literal["scored", "trace"]
+
+
+class RankedResult(NamedTuple):
+    """A stored result as `worst` ranks it, with its stored question and answer."""
+
+    result: EvaluationResult
+    query: str | None
+    answer: str | None
+    scored_at: datetime | None
+
 
 results_table = Table(
     "evaluation_results",
@@ -156,7 +182,13 @@ class _Pending:
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine, batch_size: int = 500, flush_seconds: float = 0.05):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        batch_size: int = 500,
+        flush_seconds: float = 0.05,
+        retry_metrics: RetryMetrics | None = None,
+    ):
         self._engine = engine
         self._dialect = engine.dialect.name
         self._batch_size = batch_size
@@ -166,6 +198,14 @@ class Store:
         self._writer: asyncio.Task[None] | None = None
         self._closed = False
         self.unavailable_since: float | None = None
+        # Unbounded: while the database is away, traces stay unfinished rather than lost.
+        self._retry = RetryPolicy(
+            "store",
+            Backoff(RETRY_MIN_SECONDS, RETRY_MAX_SECONDS),
+            retry_on=self._retryable,
+            metrics=retry_metrics,
+            on_retry=self._unavailable,
+        )
 
     @classmethod
     async def open(cls, url: str, **kwargs: Any) -> Store:
@@ -341,22 +381,49 @@ class Store:
         metric: str = "faithfulness",
         agent: str | None = None,
         limit: int = 20,
-    ) -> list[tuple[EvaluationResult, str | None, str | None]]:
-        """The lowest-scoring results since a time: (result, query, answer) worst first."""
-        if metric not in ("faithfulness", "answer_relevancy", "context_precision"):
+        *,
+        counted_from: TimeBasis = "trace",
+    ) -> list[RankedResult]:
+        """The lowest-scoring results by `metric` since a time, worst first (the latest first
+        among equal scores); results whose metric is unmeasured are left out.
+
+        A metric of SCORE_COLUMNS is ranked by its indexed column, any other by its value in
+        the stored result document. `counted_from` says what `since` counts from: the trace's own
+        timestamp, or when the result was scored (rows stored before `scored_at` existed count
+        by their trace time).
+        """
+        if metric not in SCORE_COLUMNS and not METRIC_NAME.fullmatch(metric):
             raise ValueError(f"unknown metric {metric!r}")
-        column = results_table.c[metric]
+        value = _metric_value(self._dialect, metric)
+        table = results_table
         query = (
-            select(results_table.c.result, results_table.c.query, results_table.c.answer)
-            .where(results_table.c.timestamp >= since, column.is_not(None))
-            .order_by(column.asc(), results_table.c.timestamp.desc())
+            select(table.c.result, table.c.query, table.c.answer, table.c.scored_at)
+            .where(_since(since, counted_from), value.is_not(None))
+            .order_by(value.asc(), table.c.timestamp.desc())
             .limit(limit)
         )
         if agent is not None:
-            query = query.where(results_table.c.agent == agent)
+            query = query.where(table.c.agent == agent)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [(EvaluationResult.model_validate_json(r[0]), r[1], r[2]) for r in rows]
+        return [
+            RankedResult(EvaluationResult.model_validate_json(r[0]), r[1], r[2], r[3]) for r in rows
+        ]
+
+    async def agents(
+        self, since: datetime, *, counted_from: TimeBasis = "trace", limit: int = 200
+    ) -> list[str]:
+        """The agent names with results since a time (counted as in `worst`), sorted."""
+        column = results_table.c.agent
+        query = (
+            select(column)
+            .where(_since(since, counted_from), column.is_not(None))
+            .distinct()
+            .order_by(column)
+            .limit(limit)
+        )
+        async with self._engine.connect() as conn:
+            return [str(r[0]) for r in (await conn.execute(query)).all()]
 
     # ---------------------------------------------------------------- generic keyed documents
 
@@ -387,24 +454,15 @@ class Store:
 
     async def _retrying(self, operation: Callable[[], Awaitable[_T]]) -> _T:
         """Run a direct store call, riding out connection trouble like the write loop does."""
-        delay = RETRY_MIN_SECONDS
-        while True:
-            try:
-                result = await operation()
-            except Exception as exc:
-                if not _transient(exc) or self._closed:
-                    raise
-                self.unavailable_since = self.unavailable_since or time.monotonic()
-                log.warning(
-                    "store unavailable; retrying",
-                    error=type(exc).__name__,
-                    retry_in_s=round(delay, 1),
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECONDS)
-                continue
-            self.unavailable_since = None
-            return result
+        result = await self._retry.call(operation)
+        self.unavailable_since = None
+        return result
+
+    def _retryable(self, exc: BaseException) -> bool:
+        return _transient(exc) and not self._closed
+
+    def _unavailable(self, _: BaseException) -> None:
+        self.unavailable_since = self.unavailable_since or time.monotonic()
 
     async def delete_rows(self, table: Table, **equals: Any) -> None:
         stmt = table.delete()
@@ -412,6 +470,33 @@ class Store:
             stmt = stmt.where(table.c[name] == value)
         async with self._engine.begin() as conn:
             await conn.execute(stmt)
+
+
+def _metric_value(dialect: str, metric: str) -> ColumnElement[Any]:
+    """SQL for a metric's value: its column, or the JSON path into the stored result."""
+    if metric in SCORE_COLUMNS:
+        return results_table.c[metric]
+    path = ("scores", metric, "value")
+    value: ColumnElement[Any]
+    if dialect == "postgresql":
+        value = cast(results_table.c.result, JSONB)[path].astext.cast(Float)
+    else:
+        value = type_coerce(results_table.c.result, JSON)[path].as_float()
+    return value
+
+
+def _since(since: datetime, counted_from: TimeBasis) -> ColumnElement[bool]:
+    """Results at or after `since` by trace time, or by scoring time (falling back to the trace
+    time of rows stored before `scored_at` existed)."""
+    table = results_table
+    if counted_from == "trace":
+        return table.c.timestamp >= since
+    if counted_from != "scored":
+        raise ValueError(f"counted_from must be 'scored' or 'trace', not {counted_from!r}")
+    return or_(
+        table.c.scored_at >= since,
+        and_(table.c.scored_at.is_(None), table.c.timestamp >= since),
+    )
 
 
 def _clip(value: str | None) -> str | None:

@@ -18,6 +18,8 @@ import socket
 import subprocess
 import time
 import tomllib
+import urllib.error
+import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,6 +240,11 @@ def test_install_steps_build_and_run_the_daemon(tmp_path: Path) -> None:
     (wheel,) = wheels.glob("rag_monitor-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert all(n.startswith(("monitor/", "rag_monitor-")) for n in names), names
+    # Package data: the review page's template and style sheet ship inside the package.
+    assert {
+        "monitor/review/templates/review.html.j2",
+        "monitor/review/templates/review.css",
+    } <= set(names)
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
     runtime_env = _clean_env(
@@ -297,6 +304,9 @@ def test_install_steps_build_and_run_the_daemon(tmp_path: Path) -> None:
             assert daemon.poll() is None, daemon.communicate()[0].decode()[-3000:]
             assert time.monotonic() < deadline, "the HEALTHCHECK never passed"
             time.sleep(0.5)
+        # The installed package renders the review page from its own template files.
+        page = _review_page(port, deadline=time.monotonic() + 30)
+        assert "<h1>Worst answers</h1>" in page and "No scored answers in this window" in page
     finally:
         try:  # closing stdin ends the file source: the daemon finishes and exits
             output = daemon.communicate(input=b"", timeout=60)[0].decode()
@@ -308,6 +318,18 @@ def test_install_steps_build_and_run_the_daemon(tmp_path: Path) -> None:
     # Whatever the daemon wrote went to its working directory (the image's data volume).
     written = {p.name for p in data.iterdir()}
     assert written <= {"ragmon.db", "ragmon.db-journal", "ragmon.db-wal", "ragmon.db-shm"}, written
+
+
+def _review_page(port: int, deadline: float) -> str:
+    """GET /review from the daemon once its store is open (503 until then)."""
+    url = f"http://127.0.0.1:{port}/review"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return str(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503 and time.monotonic() < deadline, exc
+        time.sleep(0.5)
 
 
 def test_the_ci_commands_are_plain_sh() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -56,6 +57,7 @@ from monitor.golden.results import RunResult
 from monitor.golden.runner import run_suite, sweep_variants
 from monitor.golden.template import TemplateError, placeholders, query_parameters, render
 from monitor.golden.trec import GoldenDataError
+from monitor.retry import RetryMetrics
 from tests.fixtures.golden.service import (
     GENERATION_SUITE,
     LATENCY_S,
@@ -579,14 +581,8 @@ async def flaky_service() -> AsyncIterator[tuple[RunningService, list[str]]]:
     await service.stop()
 
 
-async def test_client_retries_and_failures(flaky_service: tuple[RunningService, list[str]]) -> None:
-    service, seen = flaky_service
-    sleeps: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-
-    config = ServiceConfig.model_validate(
+def flaky_config(service: RunningService) -> ServiceConfig:
+    return ServiceConfig.model_validate(
         {
             "url": service.url + "/",
             "request_template": {"case": "{{query}}"},
@@ -595,8 +591,25 @@ async def test_client_retries_and_failures(flaky_service: tuple[RunningService, 
             "backoff_seconds": 0.01,
         }
     )
+
+
+class _LongestWaits(random.Random):
+    """Draws the top of every range: each jittered wait is its backoff cap, so it can be named."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+async def test_client_retries_and_failures(flaky_service: tuple[RunningService, list[str]]) -> None:
+    service, seen = flaky_service
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    config = flaky_config(service)
     async with aiohttp.ClientSession() as session:
-        client = ServiceClient(config, session, kind="retrieval", sleep=sleep)
+        client = ServiceClient(config, session, kind="retrieval", sleep=sleep, rng=_LongestWaits())
         reply = await client.call({"query": "retry-after"})
         assert reply.doc_ids == ("a", "b") and reply.attempts == 2 and reply.latency_ms > 0
         assert sleeps == [0.05]  # Retry-After beats the smaller backoff
@@ -618,6 +631,23 @@ async def test_client_retries_and_failures(flaky_service: tuple[RunningService, 
         with pytest.raises(ServiceError, match="request template"):
             await client.call({})
     assert seen.count("always-503") == 3 and seen.count("404") == 1
+
+
+async def test_client_retries_are_counted(
+    flaky_service: tuple[RunningService, list[str]],
+) -> None:
+    service, _ = flaky_service
+    registry = CollectorRegistry()
+    config = flaky_config(service)
+    async with aiohttp.ClientSession() as session:
+        client = ServiceClient(
+            config, session, kind="retrieval", retry_metrics=RetryMetrics.of(registry)
+        )
+        with pytest.raises(ServiceError):
+            await client.call({"query": "always-503"})
+        with pytest.raises(ServiceError):
+            await client.call({"query": "404"})  # final: not retried, not counted
+    assert registry.get_sample_value("ragmon_retries_total", {"operation": "golden_service"}) == 2
 
 
 async def test_client_connection_refused_is_retried() -> None:

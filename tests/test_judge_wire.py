@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-from monitor.evaluate.judge_client import CallFailure, TokenTally
+from monitor.evaluate.judge_client import CallFailure
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import (
@@ -27,6 +27,7 @@ from monitor.evaluate.judge_prompts import (
 )
 from monitor.evaluate.llm import METRICS, LLMJudge
 from monitor.evaluate.token_budget import TokenBudget
+from monitor.evaluate.token_usage import TokenTally
 from monitor.golden.dataset import GenerationCase
 from monitor.golden.judges import LLMAnswerJudge
 from monitor.models import Constraint

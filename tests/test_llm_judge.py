@@ -23,12 +23,12 @@ import structlog
 from prometheus_client import CollectorRegistry
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from monitor.evaluate.judge_client import parse_retry_after
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import average_precision
 from monitor.evaluate.llm import METRICS, LLMJudge
 from monitor.models import Constraint, Trace
+from monitor.retry import parse_retry_after
 from tests.support.openai_server import OpenAIServer, Received, Reply
 
 API_KEY = "sk-test-very-secret-key-0123456789"
@@ -359,6 +359,25 @@ async def test_server_errors_then_success(server: OpenAIServer, judge_factory: A
     assert sample(judge, "ragmon_judge_requests_total", evaluator="llm", outcome="error") == 3
     assert sample(judge, "ragmon_judge_requests_total", evaluator="llm", outcome="ok") == 2
     assert judge.client.circuit.state == "closed"
+
+
+async def test_retries_are_counted_and_a_final_refusal_is_not_retried(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
+    not_supported = {"error": {"message": "This model does not support embeddings"}}
+    server.script = _per_task(
+        {
+            FAITH: [Reply.error(503), Reply.error(429, retry_after="0")],
+            REL: [Reply.error(500, body=not_supported)],  # llama_cpp.server's "no" is a 500
+        }
+    )
+    judge: LLMJudge = judge_factory(max_retries=3)
+    result = await judge.evaluate(trace(1))
+    assert result.scores["faithfulness"].measured
+    assert result.scores["answer_relevancy"].reason == "judge_error"
+    assert len(server.requests_for(FAITH)) == 3 and len(server.requests_for(REL)) == 1
+    assert sample(judge, "ragmon_retries_total", operation="judge_chat") == 2
+    assert sample(judge, "ragmon_retries_total", operation="judge_embeddings") == 0
 
 
 async def test_dropped_connection_is_retried(server: OpenAIServer, judge_factory: Any) -> None:

@@ -26,19 +26,12 @@ from aiohttp import web
 
 from monitor.config import Settings
 from monitor.models import ConstraintVerdict, EvaluationResult, Score, StatementVerdict
-from monitor.review import (
-    ANSWER_EXCERPT_CHARS,
-    add_review_routes,
-    excerpt,
-    group_similar,
-    register,
-    render_json,
-    render_text,
-    run_cli,
-    token_matches,
-    worst_answers,
-)
-from monitor.review_page import anchor
+from monitor.review.cli import register, run_cli
+from monitor.review.grouping import group_similar
+from monitor.review.http import add_review_routes, token_matches
+from monitor.review.items import ANSWER_EXCERPT_CHARS, ReviewQuery, excerpt
+from monitor.review.queries import worst_answers
+from monitor.review.render import anchor, render_json, render_text
 from monitor.store import Store, turns_table
 
 TOKEN = "s3cret-review-token-0123456789"
@@ -320,7 +313,7 @@ async def test_json_document_shape(store: Store) -> None:
     since = _since()
     items = await worst_answers(store, since)
     document = json.loads(
-        render_json(items, since=since, metric="faithfulness", agent=None, worst=20)
+        render_json(items, ReviewQuery(since, metric="faithfulness", agent=None, worst=20))
     )
     assert document["metric"] == "faithfulness" and document["count"] == 4
     assert datetime.fromisoformat(document["since"]) == since
@@ -484,6 +477,39 @@ async def test_routes_require_the_bearer_token(
         assert response.headers.getall("WWW-Authenticate") == ['Bearer realm="rag-monitor review"']
 
 
+async def test_the_token_guards_only_the_review_routes(store: Store) -> None:
+    """On the daemon's app, as `Daemon.run` builds it: Prometheus and the kubelet's probes
+    reach /metrics, /healthz and /readyz without the review token."""
+    from prometheus_client import CollectorRegistry
+
+    from monitor.export.http import Probes, build_app
+
+    app = build_app(CollectorRegistry(), Probes(lambda: (True, "ok"), lambda: (True, "ok")))
+    add_review_routes(app, lambda: store, TOKEN)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as session:
+            for path in ("/metrics", "/healthz", "/readyz"):
+                async with session.get(base + path) as response:
+                    assert response.status == 200, path
+            async with session.get(base + "/nothing-here") as response:
+                assert response.status == 404
+            for path in ("/review", "/review.json"):
+                async with session.get(base + path) as response:
+                    assert response.status == 401, path
+                async with session.head(base + path) as response:
+                    assert response.status == 401, f"HEAD {path}"
+                async with session.get(base + path, headers=_bearer(TOKEN)) as response:
+                    assert response.status == 200, path
+    finally:
+        await runner.cleanup()
+
+
 def test_token_comparison() -> None:
     import hashlib
 
@@ -533,6 +559,53 @@ async def test_page_escapes_trace_text_and_loads_nothing(
     for agent in ("support-bot", "billing-bot", "faq-bot"):
         assert f'<option value="{agent}">' in html
     assert TOKEN not in html
+
+
+async def test_hostile_text_in_every_field_is_escaped(tmp_path: Path) -> None:
+    """Markup, quotes, template syntax and terminal escapes in the trace id, question, answer,
+    agent, conversation, claims, constraints and flags are text on the page, never markup."""
+    hostile = '"><script>alert(1)</script>'
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'hostile.db'}")
+    try:
+        result = _result(
+            f"t{hostile}",
+            {"faithfulness": Score.of(0.1), f"x{hostile}": Score.unmeasured(hostile)},
+            agent=f"a{hostile}",
+            claims=(f"claim{hostile}",),
+            conversation_id=f"c{hostile}",
+            turn=1,
+            flags=(f"flag{hostile}",),
+            constraints=(
+                ConstraintVerdict(constraint_id=f"k{hostile}", status="violated", reason=hostile),
+            ),
+        )
+        await _save(
+            store,
+            result,
+            query=f"<img src=x onerror=alert(2)>{hostile}",
+            answer=("{{ 7*7 }}{% if true %}jinja{% endif %}\x1b[31m<iframe src=//x></iframe>"),
+        )
+        async with (
+            serve_review(lambda: store, None) as base,
+            aiohttp.ClientSession() as session,
+            session.get(base + "/review", params={"since": "1h", "agent": f"a{hostile}"}) as reply,
+        ):
+            assert reply.status == 200
+            html = await reply.text()
+    finally:
+        await store.close()
+    assert "<script" not in html.lower() and "<img" not in html.lower()
+    assert "<iframe" not in html.lower()
+    escaped = "&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"
+    for field in ("t", "a", "c", "claim", "k", "flag", "x"):
+        assert field + escaped in html, field
+    assert f'data-trace-id="t{escaped}"' in html and 'id="trace-t%22%3E%3Cscript' in html
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html
+    # Trace text is data, never a template: shown as written, not evaluated.
+    answer = re.findall(r'<dd class="answer">(.*?)</dd>', html, re.S)
+    assert answer[0].startswith("{{ 7*7 }}{% if true %}jinja{% endif %}"), answer
+    assert "\x1b" not in html and "\N{REPLACEMENT CHARACTER}[31m" in html
+    assert f'<option value="a{escaped}" selected>' in html
 
 
 async def test_page_filters_and_bad_parameters(http: tuple[str, aiohttp.ClientSession]) -> None:

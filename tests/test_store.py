@@ -42,12 +42,12 @@ async def _exercise(store: Store) -> None:
     stored = await store.get_result("t3", "heuristic")
     assert stored is not None and stored.scores["faithfulness"].value == 0.99
     worst = await store.worst(datetime.now(UTC) - timedelta(hours=1), limit=3)
-    assert [r.trace_id for r, _, _ in worst] == ["t0", "t1", "t3"]
+    assert [r.trace_id for r, *_ in worst] == ["t0", "t1", "t3"]
     assert worst[0][1] == "q0", "the question is kept for the review"
     await store.save(_result("old", 0.0, minutes_ago=180))
     await store.save(_result("unmeasured", None))
     recent = await store.worst(datetime.now(UTC) - timedelta(hours=1), limit=100)
-    ids = {r.trace_id for r, _, _ in recent}
+    ids = {r.trace_id for r, *_ in recent}
     assert "old" not in ids, "older than --since"
     assert "unmeasured" not in ids, "an unmeasured score is not a bad score"
 
@@ -129,7 +129,7 @@ async def _migrates_a_version_1_database(url: str) -> None:
         )
     await engine.dispose()
 
-    from monitor.review import worst_answers
+    from monitor.review.queries import worst_answers
 
     store = await Store.open(url)
     try:

@@ -1,8 +1,10 @@
 """One chat call (or embeddings request) to the judge endpoint, with everything that can go wrong
 handled.
 
-- The ``openai`` async client (``AsyncAzureOpenAI`` when ``azure_api_version`` is set) with its own
-  retries off (``max_retries=0``): retries happen here, so each attempt is counted.
+- The ``openai`` async clients of :mod:`monitor.evaluate.openai_client`, with the SDK's own
+  retries off (``max_retries=0``): the SDK would retry every 5xx (llama_cpp.server's "not
+  supported" is a 500), wait out any Retry-After and count one request for all its attempts.
+  Retries go through :mod:`monitor.retry` instead, so each attempt is classified and counted.
 - Per-attempt timeout (``timeout_seconds``, enforced around the whole request).
 - Every chat call is bounded: ``max_tokens`` (``judge.max_tokens``, else the task's budget sized
   from its output schema). A server that rejects the parameter by that name and asks for
@@ -19,9 +21,11 @@ handled.
   embeddings off; llama_cpp.server says so with a 500) fail at once and say nothing against the
   circuit; 401/403 fail at once and count against it; 429 is retried,
   honouring ``Retry-After``; 5xx, connection errors and timeouts are retried with full-jitter
-  exponential backoff (``uniform(0, min(backoff_max, backoff_base * 2**n))``), up to
-  ``max_retries``. A Retry-After longer than ``backoff_max_seconds`` ends the call at once
-  rather than holding a judge slot that long. Any other rejection (400, 422, ...) is final.
+  exponential backoff (``uniform(0, min(backoff_max, backoff_base * 2**n))``, a Retry-After
+  being the least wait), up to ``max_retries``, counted in ``ragmon_retries_total``
+  (``judge_chat``, ``judge_embeddings``). A Retry-After longer than ``backoff_max_seconds`` ends
+  the call at once rather than holding a judge slot that long. Any other rejection (400, 422,
+  ...) is final.
 - A reply that is not JSON or not of the task's schema is retried once, then the call fails with
   ``malformed_output``; a reply cut at the token bound (``finish_reason == "length"``) fails at
   once (at temperature 0 the same request would be cut again).
@@ -29,8 +33,8 @@ handled.
   separate processes), each with its own client, concurrency bound and
   :class:`~monitor.evaluate.circuit.CircuitBreaker`. While a circuit is half-open, calls wait for
   the probe's verdict instead of failing.
-- Tokens of every response are counted: in the evaluation's :class:`TokenTally`, the judge
-  metrics, and the shared :class:`~monitor.evaluate.token_budget.TokenBudget`.
+- Tokens of every response are counted (:class:`~monitor.evaluate.token_usage.TokenMeter`): in
+  the evaluation's tally, the judge metrics, and the shared token budget.
 
 A failed call raises :class:`CallFailure` with a reason (``judge_timeout``, ``malformed_output``,
 ``judge_error``, ``circuit_open``, ``context_too_long``) and a detail that never holds prompt
@@ -46,11 +50,8 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeVar, cast
 
-import httpx
 import openai
 import structlog
 from openai.types.chat import (
@@ -59,18 +60,20 @@ from openai.types.chat import (
     ChatCompletionUserMessageParam,
 )
 from openai.types.chat.completion_create_params import ResponseFormat
-from pydantic import SecretStr
 
 from monitor.evaluate.circuit import CircuitBreaker, CircuitState
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import Endpoint, JudgeMetrics, RequestOutcome
 from monitor.evaluate.judge_prompts import MalformedOutput, Prompt
+from monitor.evaluate.openai_client import openai_clients
 from monitor.evaluate.token_budget import TokenBudget
-from monitor.models import Usage
+from monitor.evaluate.token_usage import TokenMeter, TokenTally
+from monitor.retry import Backoff, RetriesExhausted, RetryMetrics, RetryPolicy, parse_retry_after
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
 FailureReason = Literal[
     "judge_timeout", "malformed_output", "judge_error", "circuit_open", "context_too_long"
 ]
@@ -90,8 +93,6 @@ NEXT_MODE: dict[ResponseMode, ResponseMode] = {
     "json_schema": "json_object",
     "json_object": "json_object_without_schema",
 }
-NO_KEY = "EMPTY"  # sent when no api_key is configured (vLLM / Ollama ignore it)
-OPENAI_BASE_URL = "https://api.openai.com/v1"
 CAUSE_CHARS = 200  # how much of a server's error message a detail keeps
 
 _CONTEXT_MARKERS = (
@@ -120,50 +121,6 @@ class CallFailure(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason: FailureReason = reason
         self.detail = detail
-
-
-@dataclass
-class TokenTally:
-    """Tokens reported by the responses of one evaluation (all its calls and attempts)."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reported: bool = False
-
-    def usage(self) -> Usage | None:
-        if not self.reported:
-            return None
-        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
-
-
-def parse_retry_after(headers: httpx.Headers, now: datetime | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms``, or ``retry-after`` (seconds or an HTTP date)."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            ms = float(raw_ms)
-        except ValueError:
-            ms = -1.0
-        if ms >= 0 and ms == ms:
-            return ms / 1000.0
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    raw = raw.strip()
-    try:
-        seconds = float(raw)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(raw)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-        return max(0.0, seconds)
-    if seconds != seconds or seconds < 0:  # NaN or negative
-        return None
-    return seconds
 
 
 def _retry_after(exc: openai.APIStatusError) -> float | None:
@@ -250,14 +207,52 @@ class _FailedAttempt:
         return self.kind in ("rate_limited", "transient")
 
 
+class _AttemptFailed(Exception):
+    """A request the endpoint refused or never answered (retried when worth it)."""
+
+    def __init__(self, failed: _FailedAttempt) -> None:
+        super().__init__(failed.failure.detail)
+        self.failed = failed
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    return isinstance(exc, _AttemptFailed) and exc.failed.retryable
+
+
+def _server_wait(exc: BaseException) -> float | None:
+    return exc.failed.retry_after if isinstance(exc, _AttemptFailed) else None
+
+
 @dataclass
 class _Endpoint:
-    """One server the judge talks to: its client, concurrency bound and circuit breaker."""
+    """One server the judge talks to: its client, concurrency bound, circuit breaker and
+    retry policy."""
 
     name: Endpoint
     client: openai.AsyncOpenAI
     circuit: CircuitBreaker
     slots: asyncio.Semaphore
+    retry: RetryPolicy
+
+
+@dataclass
+class _Call:
+    """One judge call: its requests so far (step-downs and repeats included), its last failure."""
+
+    endpoint: _Endpoint
+    task: str
+    trace_id: str | None
+    attempts: int = 0
+    last: CallFailure | None = None
+
+
+@dataclass
+class _ChatState:
+    """What one chat call has learnt of the endpoint so far."""
+
+    mode: ResponseMode
+    parameter: TokenParameter
+    malformed_retry_left: int = 1
 
 
 class JudgeClient:
@@ -279,7 +274,7 @@ class JudgeClient:
         self.config = config
         self.metrics = metrics
         self.evaluator = evaluator
-        self.budget = budget
+        self._meter = TokenMeter(config, metrics, evaluator, budget)
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
@@ -287,14 +282,12 @@ class JudgeClient:
             "json_object" if config.response_format == "json_object" else "json_schema"
         )
         self.token_parameter: TokenParameter = "max_tokens"
-        chat_client = self._make_client(config.base_url, config.api_key)
-        embeddings_client = chat_client
-        if config.embedding_base_url is not None:
-            embeddings_client = self._make_client(
-                config.embedding_base_url, config.embedding_api_key
-            )
-        self._chat = self._endpoint("chat", chat_client)
-        self._embeddings = self._endpoint("embeddings", embeddings_client)
+        # The SDK's retries stay off: it would retry what classify() calls final (a 500 that
+        # says "not supported"), hold a slot for any Retry-After, and hide attempts from the
+        # circuit and the request metrics.
+        self._clients = openai_clients(config, max_retries=0)
+        self._chat = self._endpoint("chat", self._clients.chat)
+        self._embeddings = self._endpoint("embeddings", self._clients.embeddings)
 
     @property
     def circuit(self) -> CircuitBreaker:
@@ -312,40 +305,29 @@ class JudgeClient:
                 "judge circuit breaker", state=state, evaluator=self.evaluator, endpoint=name
             )
 
+        cfg = self.config
         circuit = CircuitBreaker(
-            self.config.circuit_failure_threshold,
-            self.config.circuit_reset_seconds,
+            cfg.circuit_failure_threshold,
+            cfg.circuit_reset_seconds,
             clock=self._clock,
             on_change=changed,
         )
-        return _Endpoint(name, client, circuit, asyncio.Semaphore(self.config.max_concurrency))
-
-    def _make_client(self, base_url: str | None, api_key: SecretStr | None) -> openai.AsyncOpenAI:
-        cfg = self.config
-        key = api_key.get_secret_value() if api_key is not None else NO_KEY
-        headers = cfg.header_values() or None
-        timeout = httpx.Timeout(cfg.timeout_seconds, connect=min(cfg.timeout_seconds, 10.0))
-        if cfg.azure_api_version:
-            return openai.AsyncAzureOpenAI(
-                azure_endpoint=base_url or "",
-                api_version=cfg.azure_api_version,
-                api_key=key,
-                default_headers=headers,
-                timeout=timeout,
-                max_retries=0,
-            )
-        return openai.AsyncOpenAI(
-            base_url=base_url or OPENAI_BASE_URL,  # never the environment's OPENAI_BASE_URL
-            api_key=key,
-            default_headers=headers,
-            timeout=timeout,
-            max_retries=0,
+        retry = RetryPolicy(
+            "judge_chat" if name == "chat" else "judge_embeddings",
+            Backoff(cfg.backoff_base_seconds, cfg.backoff_max_seconds),
+            retry_on=_worth_retrying,
+            attempts=cfg.max_retries + 1,
+            retry_after=_server_wait,
+            give_up_on_long_retry_after=True,
+            metrics=RetryMetrics.of(self.metrics.registry),
+            log_level="debug",
+            sleep=self._sleep,
+            rng=self._rng,
         )
+        return _Endpoint(name, client, circuit, asyncio.Semaphore(cfg.max_concurrency), retry)
 
     async def aclose(self) -> None:
-        await self._chat.client.close()
-        if self._embeddings.client is not self._chat.client:
-            await self._embeddings.client.close()
+        await self._clients.aclose()
 
     def max_tokens(self, prompt: Prompt) -> int:
         """The reply bound sent with `prompt`: the configured one, else the task's."""
@@ -384,27 +366,6 @@ class JudgeClient:
                 ),
             )
 
-    def _account(self, response: object, tally: TokenTally) -> None:
-        """Tokens and cost of one response (chat completion or embeddings)."""
-        usage = getattr(response, "usage", None)  # some servers send none
-        if usage is None:
-            return
-        tin = _count(getattr(usage, "prompt_tokens", None))
-        tout = _count(getattr(usage, "completion_tokens", None))
-        tally.input_tokens += tin
-        tally.output_tokens += tout
-        tally.reported = True
-        cfg = self.config
-        cost = (tin * cfg.input_price_per_million + tout * cfg.output_price_per_million) / 1e6
-        self.metrics.tokens(self.evaluator, tin, tout, cost)
-        if self.budget is not None:
-            self.budget.spend(tin + tout, self.evaluator)
-
-    def _backoff(self, retry: int) -> float:
-        cfg = self.config
-        cap = min(cfg.backoff_max_seconds, cfg.backoff_base_seconds * (2**retry))
-        return self._rng.uniform(0.0, cap)
-
     async def complete(
         self,
         prompt: Prompt,
@@ -414,7 +375,11 @@ class JudgeClient:
     ) -> T:
         """One judge call: the parsed reply, or :class:`CallFailure`."""
         async with self._chat.slots:
-            return await self._complete(prompt, parse, tally, trace_id)
+            call = _Call(self._chat, prompt.task, trace_id)
+            state = _ChatState(self.response_mode, self.token_parameter)
+            return await self._with_retries(
+                call, lambda: self._chat_attempt(call, state, prompt, parse, tally)
+            )
 
     def _may_step_down(self, mode: ResponseMode) -> ResponseMode | None:
         """The next response mode to try after a rejection of `mode`, if any is allowed."""
@@ -422,79 +387,65 @@ class JudgeClient:
             return None  # asked for exactly this: a rejection is final
         return NEXT_MODE.get(mode)
 
-    async def _complete(
+    async def _chat_attempt(
         self,
+        call: _Call,
+        state: _ChatState,
         prompt: Prompt,
         parse: Callable[[object], T],
         tally: TokenTally,
-        trace_id: str | None,
     ) -> T:
-        mode = self.response_mode
-        parameter = self.token_parameter
-        malformed_retry_left = 1
-        retries = 0
-        attempts = 0
-        last: CallFailure | None = None
-        circuit = self._chat.circuit
+        """Requests until a verdict or a failure. What the endpoint teaches (the token parameter
+        it wants, a response format it refuses) and one malformed reply are repeated here at
+        once; failures worth waiting for are left to the retry policy."""
         while True:
-            await self._check_circuit(self._chat, prompt.task, last, attempts, trace_id)
-            attempts += 1
-            started = self._clock()
-            settled = False
             try:
-                response = await self._request(prompt, mode, parameter)
-            except (TimeoutError, openai.OpenAIError) as exc:
-                settled = True
-                failed = self._failed_attempt(exc, circuit)
-            else:
-                settled = True
-                circuit.record_success()
-                self._account(response, tally)
-                self._remember(mode, parameter)
-                try:
-                    result = self._parse(response, parse)
-                except MalformedOutput as exc:
-                    self.metrics.request(self.evaluator, "malformed", self._clock() - started)
-                    last = CallFailure("malformed_output", str(exc))
-                    if malformed_retry_left > 0 and not _truncated(response):
-                        malformed_retry_left -= 1
-                        log.info(
-                            "judge reply malformed; retrying once",
-                            task=prompt.task,
-                            detail=str(exc),
-                            trace_id=trace_id,
-                        )
-                        continue
-                    self._log_failure(prompt.task, last, attempts, trace_id)
-                    raise last from None
-                self.metrics.request(self.evaluator, "ok", self._clock() - started)
-                return result
-            finally:
-                if not settled:  # cancelled mid-request: the attempt says nothing
-                    circuit.abandon()
-
-            if failed.kind == "token_parameter" and parameter == "max_tokens":
-                self.metrics.request(self.evaluator, failed.outcome, self._clock() - started)
-                parameter = "max_completion_tokens"
-                log.info("judge endpoint wants max_completion_tokens", evaluator=self.evaluator)
-                continue
-            step_down = self._may_step_down(mode) if failed.kind == "response_format" else None
-            if step_down is not None:
-                self.metrics.request(self.evaluator, failed.outcome, self._clock() - started)
-                log.info(
-                    "judge endpoint rejected the response format; stepping down",
-                    rejected=mode,
-                    next=step_down,
-                    detail=failed.failure.detail,
-                    evaluator=self.evaluator,
+                response, started = await self._send(
+                    call, lambda: self._request(prompt, state.mode, state.parameter)
                 )
-                mode = step_down
-                continue
-            last = failed.failure
-            await self._sleep(
-                self._retry_delay(failed, retries, attempts, started, prompt.task, trace_id)
-            )
-            retries += 1
+            except _AttemptFailed as exc:
+                if self._adapt(state, exc.failed):
+                    continue
+                raise
+            self._meter.charge(getattr(response, "usage", None), tally)
+            self._remember(state.mode, state.parameter)
+            try:
+                result = self._parse(response, parse)
+            except MalformedOutput as exc:
+                self.metrics.request(self.evaluator, "malformed", self._clock() - started)
+                call.last = CallFailure("malformed_output", str(exc))
+                if state.malformed_retry_left > 0 and not _truncated(response):
+                    state.malformed_retry_left -= 1
+                    log.info(
+                        "judge reply malformed; retrying once",
+                        task=call.task,
+                        detail=str(exc),
+                        trace_id=call.trace_id,
+                    )
+                    continue
+                self._log_failure(call, call.last)
+                raise call.last from None
+            self.metrics.request(self.evaluator, "ok", self._clock() - started)
+            return result
+
+    def _adapt(self, state: _ChatState, failed: _FailedAttempt) -> bool:
+        """After a refusal that names what to change: change it (True) or not (False)."""
+        if failed.kind == "token_parameter" and state.parameter == "max_tokens":
+            state.parameter = "max_completion_tokens"
+            log.info("judge endpoint wants max_completion_tokens", evaluator=self.evaluator)
+            return True
+        step_down = self._may_step_down(state.mode) if failed.kind == "response_format" else None
+        if step_down is None:
+            return False
+        log.info(
+            "judge endpoint rejected the response format; stepping down",
+            rejected=state.mode,
+            next=step_down,
+            detail=failed.failure.detail,
+            evaluator=self.evaluator,
+        )
+        state.mode = step_down
+        return True
 
     def _remember(self, mode: ResponseMode, parameter: TokenParameter) -> None:
         """An accepted request: keep its response mode and token parameter for later calls."""
@@ -516,55 +467,85 @@ class JudgeClient:
         timeout, classification and retry policy as chat calls; no malformed-reply retry.
         """
         endpoint = self._embeddings
-        async with endpoint.slots:
-            retries = 0
-            attempts = 0
-            last: CallFailure | None = None
-            while True:
-                await self._check_circuit(endpoint, "embeddings", last, attempts, trace_id)
-                attempts += 1
-                started = self._clock()
-                settled = False
-                try:
-                    async with asyncio.timeout(self.config.timeout_seconds):
-                        response = await endpoint.client.embeddings.create(
-                            model=model, input=texts, encoding_format="float"
-                        )
-                except (TimeoutError, openai.OpenAIError) as exc:
-                    settled = True
-                    failed = self._failed_attempt(exc, endpoint.circuit)
-                else:
-                    settled = True
-                    endpoint.circuit.record_success()
-                    self.metrics.request(self.evaluator, "ok", self._clock() - started)
-                    self._account(response, tally)
-                    ordered = sorted(response.data or [], key=lambda d: d.index)
-                    vectors = [_vector(d.embedding) for d in ordered]
-                    if len(vectors) != len(texts) or any(not v for v in vectors):
-                        raise CallFailure("malformed_output", "embeddings reply is incomplete")
-                    return [v for v in vectors if v is not None]
-                finally:
-                    if not settled:  # cancelled mid-request: the attempt says nothing
-                        endpoint.circuit.abandon()
-                last = failed.failure
-                await self._sleep(
-                    self._retry_delay(failed, retries, attempts, started, "embeddings", trace_id)
-                )
-                retries += 1
+        call = _Call(endpoint, "embeddings", trace_id)
 
-    async def _check_circuit(
-        self,
-        endpoint: _Endpoint,
-        task: str,
-        last: CallFailure | None,
-        attempts: int,
-        trace_id: str | None,
-    ) -> None:
+        async def request() -> Any:
+            async with asyncio.timeout(self.config.timeout_seconds):
+                return await endpoint.client.embeddings.create(
+                    model=model, input=texts, encoding_format="float"
+                )
+
+        async def attempt() -> list[list[float]]:
+            response, started = await self._send(call, request)
+            self.metrics.request(self.evaluator, "ok", self._clock() - started)
+            self._meter.charge(getattr(response, "usage", None), tally)
+            ordered = sorted(response.data or [], key=lambda d: d.index)
+            vectors = [_vector(d.embedding) for d in ordered]
+            if len(vectors) != len(texts) or any(not v for v in vectors):
+                raise CallFailure("malformed_output", "embeddings reply is incomplete")
+            return [v for v in vectors if v is not None]
+
+        async with endpoint.slots:
+            return await self._with_retries(call, attempt)
+
+    async def _with_retries(self, call: _Call, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run `attempt` under the endpoint's retry policy; a failure ends as :class:`CallFailure`
+        (logged once)."""
+
+        async def attempt_noting_failure() -> T:
+            try:
+                return await attempt()
+            except _AttemptFailed as exc:
+                call.last = exc.failed.failure
+                raise
+
+        try:
+            return await call.endpoint.retry.call(
+                attempt_noting_failure, task=call.task, trace_id=call.trace_id
+            )
+        except _AttemptFailed as exc:  # not worth retrying
+            failure = exc.failed.failure
+        except RetriesExhausted as exc:
+            last = call.last or CallFailure("judge_error", str(exc))
+            if exc.attempts > self.config.max_retries:
+                failure = CallFailure(last.reason, f"{last.detail}, {call.attempts} attempts")
+            else:  # the server asked for a longer wait than backoff_max_seconds
+                wait = f"Retry-After {exc.retry_after or 0:g} s too long"
+                failure = CallFailure(last.reason, f"{last.detail}, {wait}")
+        self._log_failure(call, failure)
+        raise failure
+
+    async def _send(self, call: _Call, request: Callable[[], Awaitable[R]]) -> tuple[R, float]:
+        """One request through the endpoint's circuit: the response and when it was sent, or
+        :class:`_AttemptFailed` (the failure counted against the circuit and in the metrics)."""
+        await self._check_circuit(call)
+        call.attempts += 1
+        circuit = call.endpoint.circuit
+        started = self._clock()
+        settled = False
+        try:
+            response = await request()
+            settled = True
+        except (TimeoutError, openai.OpenAIError) as exc:
+            settled = True
+            failed = self._failed_attempt(exc, circuit)
+            self.metrics.request(self.evaluator, failed.outcome, self._clock() - started)
+            raise _AttemptFailed(failed) from None
+        finally:
+            if not settled:  # cancelled mid-request: the attempt says nothing
+                circuit.abandon()
+        circuit.record_success()
+        return response, started
+
+    async def _check_circuit(self, call: _Call) -> None:
         """Raise (the last attempt's failure, else ``circuit_open``) while the circuit refuses;
         wait for the verdict of a probe that is out."""
+        endpoint = call.endpoint
         if not await endpoint.circuit.admit():
-            failure = last or CallFailure("circuit_open", f"{endpoint.name} circuit breaker open")
-            self._log_failure(task, failure, attempts, trace_id)
+            failure = call.last or CallFailure(
+                "circuit_open", f"{endpoint.name} circuit breaker open"
+            )
+            self._log_failure(call, failure)
             raise failure
 
     def _cause(self, exc: openai.APIStatusError) -> str:
@@ -615,41 +596,6 @@ class JudgeClient:
         circuit.record_failure()
         return _FailedAttempt(CallFailure("judge_error", type(exc).__name__), "transient")
 
-    def _retry_delay(
-        self,
-        failed: _FailedAttempt,
-        retries: int,
-        attempts: int,
-        started: float,
-        task: str,
-        trace_id: str | None,
-    ) -> float:
-        """Count the failed attempt; the wait before the next one, or raise its failure."""
-        cfg = self.config
-        self.metrics.request(self.evaluator, failed.outcome, self._clock() - started)
-        last = failed.failure
-        if not failed.retryable or retries >= cfg.max_retries:
-            if failed.retryable:
-                last = CallFailure(last.reason, f"{last.detail}, {attempts} attempts")
-            self._log_failure(task, last, attempts, trace_id)
-            raise last
-        retry_after = failed.retry_after
-        if retry_after is not None and retry_after > cfg.backoff_max_seconds:
-            last = CallFailure(
-                last.reason, f"{last.detail}, Retry-After {retry_after:g} s too long"
-            )
-            self._log_failure(task, last, attempts, trace_id)
-            raise last
-        delay = retry_after if retry_after is not None else self._backoff(retries)
-        log.debug(
-            "judge call retrying",
-            task=task,
-            detail=last.detail,
-            delay_seconds=round(delay, 3),
-            trace_id=trace_id,
-        )
-        return delay
-
     @staticmethod
     def _parse(response: ChatCompletion, parse: Callable[[object], T]) -> T:
         # The client does not validate responses: a non-conforming server can leave fields out.
@@ -664,17 +610,15 @@ class JudgeClient:
             raise MalformedOutput("the reply is empty")
         return parse(_parse_json(content))
 
-    def _log_failure(
-        self, task: str, failure: CallFailure, attempts: int, trace_id: str | None
-    ) -> None:
+    def _log_failure(self, call: _Call, failure: CallFailure) -> None:
         log.warning(
             "judge call failed",
-            task=task,
+            task=call.task,
             reason=failure.reason,
             detail=failure.detail,
-            attempts=attempts,
+            attempts=call.attempts,
             evaluator=self.evaluator,
-            trace_id=trace_id,
+            trace_id=call.trace_id,
         )
 
 

@@ -47,7 +47,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.evaluate.judge_cache import TTLCache, cache_key
-from monitor.evaluate.judge_client import CallFailure, JudgeClient, TokenTally
+from monitor.evaluate.judge_client import CallFailure, JudgeClient
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import (
@@ -67,6 +67,7 @@ from monitor.evaluate.judge_prompts import (
 )
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.token_budget import TokenBudget
+from monitor.evaluate.token_usage import TokenTally
 from monitor.models import (
     Constraint,
     ConstraintVerdict,

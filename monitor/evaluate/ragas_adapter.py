@@ -27,7 +27,7 @@ has a rank) truncated to ``max_chars_per_chunk``; everything sent -- question, a
 reference -- passes through :class:`~monitor.evaluate.redaction.Redactor` first. Each metric is
 bounded by ``asyncio.wait_for`` (``metric_timeout_seconds``, default 4 x ``timeout_seconds``);
 metrics run concurrently, at most ``max_concurrency`` at a time. The openai client has an
-explicit timeout and retry count (:func:`~monitor.evaluate.ragas_runtime.make_openai_client`);
+explicit timeout and retry count (:func:`~monitor.evaluate.ragas_runtime.make_openai_clients`);
 a reply that is not the expected JSON is retried once (instructor ``max_retries=1``).
 
 A score is never 0-for-failure and never NaN: it is unmeasured with a reason -- ``no_contexts``,
@@ -73,14 +73,14 @@ from monitor.evaluate.ragas_runtime import (
     RAGAS_EXTRA_HINT,
     RagasModules,
     RagasUnavailableError,
-    UsageTally,
     end_tally,
     load_ragas,
-    make_openai_client,
+    make_openai_clients,
     start_tally,
 )
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.token_budget import TokenBudget
+from monitor.evaluate.token_usage import TokenTally
 from monitor.models import EvaluationResult, Score, StatementVerdict, Trace
 
 __all__ = [
@@ -265,18 +265,16 @@ class RagasEvaluator:
             clock=clock,
             on_change=self._circuit_changed,
         )
-        self._client = make_openai_client(config, self.metrics, self.name, budget)
-        self._embeddings_client = self._client
-        if config.embedding_base_url is not None:
-            self._embeddings_client = make_openai_client(
-                config, self.metrics, self.name, budget, embeddings=True
-            )
+        self._clients = make_openai_clients(config, self.metrics, self.name, budget)
         cols = self.ragas.collections
         llm = self.ragas.llm_factory(
-            config.model, provider="openai", client=self._client, max_retries=MALFORMED_RETRIES
+            config.model,
+            provider="openai",
+            client=self._clients.chat,
+            max_retries=MALFORMED_RETRIES,
         )
         embeddings = self.ragas.embeddings(
-            client=self._embeddings_client, model=self.embedding_model
+            client=self._clients.embeddings, model=self.embedding_model
         )
         self._m: dict[str, Any] = {
             "faithfulness": cols.Faithfulness(llm=llm),
@@ -304,12 +302,10 @@ class RagasEvaluator:
 
     @property
     def client(self) -> openai.AsyncOpenAI:
-        return self._client
+        return self._clients.chat
 
     async def aclose(self) -> None:
-        await self._client.close()
-        if self._embeddings_client is not self._client:
-            await self._embeddings_client.close()
+        await self._clients.aclose()
 
     async def evaluate(self, trace: Trace) -> EvaluationResult:
         """The reference-free metrics (``enabled``) of one trace."""
@@ -515,7 +511,7 @@ class RagasEvaluator:
         scores: dict[str, Score],
         statements: list[StatementVerdict],
         errors: list[str],
-        tally: UsageTally,
+        tally: TokenTally,
         started: float,
     ) -> EvaluationResult:
         return EvaluationResult(

@@ -3,11 +3,12 @@
 A request is built from the suite's request template (:mod:`monitor.golden.template`) and the
 response is read with its mapping (:mod:`monitor.golden.jsonpath`).
 
-Retries: a connection error, a timeout (``timeout_seconds`` per attempt, body included) or a
-status in ``retry_statuses`` is retried up to ``retries`` times, waiting
-``backoff_seconds * 2**(n-1)`` before retry ``n`` (capped at ``backoff_max_seconds``; a
-``Retry-After`` header in seconds is honoured up to that cap). Other HTTP errors and responses
-the mapping cannot read fail at once -- repeating them would not help.
+Retries (:mod:`monitor.retry`): a connection error, a timeout (``timeout_seconds`` per attempt,
+body included) or a status in ``retry_statuses`` is retried up to ``retries`` times, waiting a
+random time up to ``backoff_seconds * 2**(n-1)`` before retry ``n`` (capped at
+``backoff_max_seconds``; a ``Retry-After`` header, in seconds or as an HTTP date, is the least
+wait, honoured up to that cap). Other HTTP errors and responses the mapping cannot read fail at
+once -- repeating them would not help.
 
 Latency is ``time.perf_counter()`` around the successful attempt: from sending the request to
 having read the whole body, in milliseconds. Failed attempts and backoff waits are not part of
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from pydantic import JsonValue
 from monitor.golden.config import ServiceConfig
 from monitor.golden.jsonpath import PathError, extract, parse_path
 from monitor.golden.template import TemplateError, query_parameters, render
+from monitor.retry import Backoff, RetriesExhausted, RetryMetrics, RetryPolicy, parse_retry_after
 
 Kind = Literal["retrieval", "generation"]
 Sleep = Callable[[float], Awaitable[None]]
@@ -124,17 +127,6 @@ def default_body(kind: Kind, variables: Mapping[str, JsonValue]) -> dict[str, Js
     return {"query": variables["query"], "contexts": variables.get("contexts"), **extra}
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date: fall back to the backoff
-    return seconds if seconds >= 0 else None
-
-
 class ServiceClient:
     """Sends one query to the service and reads the reply (see the module docstring)."""
 
@@ -145,11 +137,23 @@ class ServiceClient:
         *,
         kind: Kind,
         sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+        retry_metrics: RetryMetrics | None = None,
     ) -> None:
         self._config = config
         self._session = session
         self._kind = kind
-        self._sleep = sleep
+        self._retry = RetryPolicy(
+            "golden_service",
+            Backoff(config.backoff_seconds, config.backoff_max_seconds),
+            retry_on=lambda exc: isinstance(exc, _Retryable),
+            attempts=config.retries + 1,
+            retry_after=lambda exc: exc.retry_after if isinstance(exc, _Retryable) else None,
+            metrics=retry_metrics,
+            log_level="info",
+            sleep=sleep,
+            rng=rng or random.Random(),
+        )
         self._headers = {
             **config.headers,
             **{name: secret.get_secret_value() for name, secret in config.secret_headers.items()},
@@ -173,24 +177,18 @@ class ServiceClient:
             request = self.build_request(variables)
         except TemplateError as exc:
             raise ServiceError(f"request template: {exc}", attempts=0) from None
-        config = self._config
-        timeout = aiohttp.ClientTimeout(total=config.timeout_seconds)
-        last_error = "no attempt made"
+        timeout = aiohttp.ClientTimeout(total=self._config.timeout_seconds)
         attempts = 0
-        for attempt in range(1, config.retries + 2):
-            attempts = attempt
-            retry_after: float | None = None
-            try:
-                return await self._attempt(request, timeout, attempt)
-            except _Retryable as exc:
-                last_error = str(exc)
-                retry_after = exc.retry_after
-            if attempt <= config.retries:
-                delay = config.backoff_seconds * 2 ** (attempt - 1)
-                if retry_after is not None:
-                    delay = max(delay, retry_after)
-                await self._sleep(min(delay, config.backoff_max_seconds))
-        raise ServiceError(last_error, attempts=attempts)
+
+        async def attempt() -> ServiceReply:
+            nonlocal attempts
+            attempts += 1
+            return await self._attempt(request, timeout, attempts)
+
+        try:
+            return await self._retry.call(attempt)
+        except RetriesExhausted as exc:
+            raise ServiceError(str(exc.last), attempts=exc.attempts) from None
 
     async def _attempt(
         self, request: dict[str, Any], timeout: aiohttp.ClientTimeout, attempt: int
@@ -207,14 +205,14 @@ class ServiceClient:
             ) as response:
                 raw = await response.read()
                 status = response.status
-                headers = dict(response.headers)
+                retry_after = parse_retry_after(response.headers)
         except TimeoutError:
             raise _Retryable(f"timed out after {config.timeout_seconds:g} s") from None
         except aiohttp.ClientError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from None
         latency_ms = (time.perf_counter() - start) * 1000.0
         if status in config.retry_statuses:
-            raise _Retryable(f"HTTP {status}", _retry_after(headers))
+            raise _Retryable(f"HTTP {status}", retry_after)
         if status >= 400:
             excerpt = raw[:_EXCERPT].decode("utf-8", "replace")
             raise ServiceError(f"HTTP {status}: {excerpt}", attempts=attempt)

@@ -126,7 +126,7 @@ class ServiceConfig(_Section):
     timeout_seconds: float = Field(default=10.0, gt=0, description="per request attempt")
     retries: int = Field(default=2, ge=0, le=10, description="extra attempts after a failure")
     backoff_seconds: float = Field(
-        default=0.5, ge=0, description="wait before retry n is backoff * 2**(n-1)"
+        default=0.5, ge=0, description="wait before retry n is random, up to backoff * 2**(n-1)"
     )
     backoff_max_seconds: float = Field(default=10.0, ge=0)
     retry_statuses: list[int] = Field(default_factory=lambda: list(DEFAULT_RETRY_STATUSES))

@@ -41,7 +41,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
-from monitor.evaluate.judge_client import CallFailure, TokenTally, cosine_similarity
+from monitor.evaluate.judge_client import CallFailure, cosine_similarity
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import prompt_language, truncate
@@ -56,6 +56,7 @@ from monitor.evaluate.llm import LLMJudge
 from monitor.evaluate.ragas_adapter import RagasEvaluator
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.token_budget import TokenBudget
+from monitor.evaluate.token_usage import TokenTally
 from monitor.golden.answers import (
     REFERENCE_FREE_METRICS,
     REFERENCE_METRICS,

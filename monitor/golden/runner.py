@@ -54,6 +54,7 @@ from monitor.golden.evaluation import (
 from monitor.golden.progress import Progress
 from monitor.golden.recommend import recommend
 from monitor.golden.results import Comparison, ModeResult, Outcome, QueryResult, RunResult
+from monitor.retry import RetryMetrics
 
 log = structlog.get_logger("monitor.golden")
 
@@ -281,12 +282,14 @@ async def run_suite(
     progress: bool | None = None,
     session: aiohttp.ClientSession | None = None,
     clock: Callable[[], datetime] = _utcnow,
+    retry_metrics: RetryMetrics | None = None,
 ) -> RunResult:
     """Run ``suite`` (see the module docstring). ``GoldenDataError`` when the dataset is bad.
 
     ``base_dir`` resolves a relative dataset path (the config file's directory). ``progress``
     draws progress bars (``None``: when stderr is a terminal). ``session`` is an aiohttp session
-    to use (one is created and closed otherwise).
+    to use (one is created and closed otherwise). ``retry_metrics`` counts the service
+    client's retries (the daemon's registry).
     """
     started = clock()
     t0 = time.perf_counter()
@@ -300,7 +303,7 @@ async def run_suite(
         connector = aiohttp.TCPConnector(limit=suite.service.concurrency)
         session = aiohttp.ClientSession(connector=connector)
     try:
-        client = ServiceClient(suite.service, session, kind=suite.kind)
+        client = ServiceClient(suite.service, session, kind=suite.kind, retry_metrics=retry_metrics)
         run = _Run(suite=suite, items=items, client=client, judge=judge, progress=progress)
         modes, sweeps, error = await _run_all(run)
     finally:

@@ -51,6 +51,7 @@ from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.report import write_report
 from monitor.golden.results import RunResult
 from monitor.golden.runner import error_result, run_suite
+from monitor.retry import RetryMetrics
 
 log = structlog.get_logger("monitor.golden.schedule")
 
@@ -98,9 +99,12 @@ class GoldenScheduler:
         self._base_dir = base_dir
         self._stop_timeout = stop_timeout_seconds
         if runner is None:
+            retries = RetryMetrics.of(metrics.registry) if metrics is not None else None
 
             async def default_runner(suite: SuiteConfig) -> RunResult:
-                return await run_suite(suite, judge=judge, base_dir=base_dir, progress=False)
+                return await run_suite(
+                    suite, judge=judge, base_dir=base_dir, progress=False, retry_metrics=retries
+                )
 
             runner = default_runner
         self._runner = runner

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from typing import Any, Protocol, TextIO
 
-import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from monitor.retry import PRODUCE_BACKOFF, RetryMetrics, RetryPolicy
 from monitor.source.messages import RawMessage
 from monitor.source.topics import require_topic
-
-log = structlog.get_logger(__name__)
 
 HEADER_PREFIX = "ragmon."
 
@@ -51,14 +48,26 @@ class DeadLetterSink(Protocol):
 class KafkaDeadLetters:
     """Produces dead letters to a topic with the original key, value and headers.
 
-    `send` retries until the broker acknowledges: the caller's offset stays uncommitted meanwhile,
-    so a crash re-reads the message instead of losing it.
+    `send` retries (unbounded, jittered) until the broker acknowledges or the producer is
+    stopped: the caller's offset stays uncommitted meanwhile, so a crash re-reads the message
+    instead of losing it.
     """
 
-    def __init__(self, topic: str, producer_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        topic: str,
+        producer_kwargs: dict[str, Any],
+        retry_metrics: RetryMetrics | None = None,
+    ) -> None:
         self.topic = topic
         self._producer = AIOKafkaProducer(acks="all", **producer_kwargs)
         self._closed = False
+        self._retry = RetryPolicy(
+            "dead_letters",
+            PRODUCE_BACKOFF,
+            retry_on=self._retryable,
+            metrics=retry_metrics,
+        )
 
     async def start(self) -> None:
         try:
@@ -82,23 +91,16 @@ class KafkaDeadLetters:
     ) -> None:
         headers = dead_letter_headers(msg, reason, error_class, detail)
         payload = msg.value if value is None else value
-        delay = 0.2
-        while True:
-            try:
-                await self._producer.send_and_wait(
-                    self.topic, value=payload, key=msg.key, headers=headers
-                )
-                return
-            except KafkaError as exc:
-                if self._closed:
-                    raise
-                log.warning(
-                    "dead-letter produce failed; retrying",
-                    error=type(exc).__name__,
-                    retry_in_s=delay,
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+
+        async def produce() -> None:
+            await self._producer.send_and_wait(
+                self.topic, value=payload, key=msg.key, headers=headers
+            )
+
+        await self._retry.call(produce)
+
+    def _retryable(self, exc: BaseException) -> bool:
+        return isinstance(exc, KafkaError) and not self._closed
 
 
 class StreamDeadLetters:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-log = structlog.get_logger(__name__)
+from monitor.retry import PRODUCE_BACKOFF, RetryMetrics, RetryPolicy
 
 RECORD_OVERHEAD_BYTES = 64 * 1024
 
@@ -25,13 +23,19 @@ class OutRecord:
 
 
 class TopicWriter:
-    """An acks=all producer whose `send_all` retries until every record is acknowledged.
+    """An acks=all producer whose `send_all` retries (unbounded, jittered) until every record is
+    acknowledged; records the broker took are not sent again.
 
     The caller's input offsets stay uncommitted meanwhile, so a crash re-reads the input instead
     of losing what was not written (at-least-once; consumers of these topics are idempotent).
     """
 
-    def __init__(self, producer_kwargs: dict[str, Any], max_record_bytes: int) -> None:
+    def __init__(
+        self,
+        producer_kwargs: dict[str, Any],
+        max_record_bytes: int,
+        retry_metrics: RetryMetrics | None = None,
+    ) -> None:
         self._producer = AIOKafkaProducer(
             acks="all",
             linger_ms=5,
@@ -39,6 +43,12 @@ class TopicWriter:
             **producer_kwargs,
         )
         self._closed = False
+        self._retry = RetryPolicy(
+            "internal_topics",
+            PRODUCE_BACKOFF,
+            retry_on=lambda exc: isinstance(exc, _Unacknowledged),
+            metrics=retry_metrics,
+        )
 
     async def start(self) -> None:
         try:
@@ -53,32 +63,39 @@ class TopicWriter:
 
     async def send_all(self, records: Sequence[OutRecord]) -> None:
         pending = list(records)
-        delay = 0.2
-        while pending:
-            failed: list[OutRecord] = []
-            sent = []
-            for record in pending:
-                try:
-                    future = await self._producer.send(
-                        record.topic, value=record.value, key=record.key, headers=record.headers
-                    )
-                except KafkaError:
-                    failed.append(record)
-                    continue
-                sent.append((record, future))
-            for record, future in sent:
-                try:
-                    await future
-                except KafkaError:
-                    failed.append(record)
-            if failed:
+
+        async def send_pending() -> None:
+            nonlocal pending
+            pending = await self._send_round(pending)
+            if pending:
                 if self._closed:
                     raise KafkaError("producer closed with records unacknowledged")
-                log.warning(
-                    "produce to an internal topic failed; retrying",
-                    records=len(failed),
-                    retry_in_s=delay,
+                raise _Unacknowledged(len(pending))
+
+        if pending:
+            await self._retry.call(send_pending)
+
+    async def _send_round(self, records: list[OutRecord]) -> list[OutRecord]:
+        """Send every record and wait for the broker; the records it did not acknowledge."""
+        failed: list[OutRecord] = []
+        sent = []
+        for record in records:
+            try:
+                future = await self._producer.send(
+                    record.topic, value=record.value, key=record.key, headers=record.headers
                 )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-            pending = failed
+            except KafkaError:
+                failed.append(record)
+                continue
+            sent.append((record, future))
+        for record, future in sent:
+            try:
+                await future
+            except KafkaError:
+                failed.append(record)
+        return failed
+
+
+class _Unacknowledged(Exception):
+    def __init__(self, records: int) -> None:
+        super().__init__(f"{records} records not acknowledged")

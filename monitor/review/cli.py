@@ -1,0 +1,120 @@
+"""``rag-monitor review``: the worst recent answers in a terminal, or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import make_url
+
+from monitor.agents_report import parse_since
+from monitor.review import items
+from monitor.review.queries import answers_for
+from monitor.review.render import render_json, render_text
+from monitor.store import Store, sanitized_url
+
+if TYPE_CHECKING:
+    from monitor.config import Settings
+
+EXIT_USAGE = 2
+EXIT_STORE = 3
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `review` command to the `rag-monitor` subparsers."""
+    review = subparsers.add_parser(
+        "review",
+        help="the worst recent answers: question, answer, unsupported claims, constraints",
+    )
+    review.add_argument(
+        "--since",
+        default=items.DEFAULT_SINCE,
+        help="1h (default), 90m, 7d or ISO time; counted from when answers were scored"
+        " (see --time)",
+    )
+    review.add_argument(
+        "--time",
+        choices=items.TIMES,
+        default=items.DEFAULT_TIME,
+        help="what --since counts from: 'scored' (default; finds a replay of old traces right"
+        " after it ran) or 'trace' (the traces' own timestamps)",
+    )
+    review.add_argument(
+        "--no-group",
+        dest="group",
+        action="store_false",
+        help="list near-identical answers one by one instead of once with a count",
+    )
+    review.add_argument("--agent", help="only this agent (default: all)")
+    review.add_argument(
+        "--metric",
+        default=items.DEFAULT_METRIC,
+        choices=items.METRICS,
+        help=f"ranked by (default {items.DEFAULT_METRIC})",
+    )
+    review.add_argument(
+        "--worst", type=_worst_count, default=items.DEFAULT_WORST, help="how many (default 20)"
+    )
+    review.add_argument("--json", action="store_true", help="print JSON instead of a listing")
+    review.add_argument("--config", type=Path, help="YAML configuration file")
+    return review  # type: ignore[no-any-return]
+
+
+def _worst_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= items.MAX_WORST:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {items.MAX_WORST}")
+    return int(text)
+
+
+async def run_cli(args: argparse.Namespace, settings: Settings) -> int:
+    """`rag-monitor review`: print the worst answers; 0, or 2 (usage) or 3 (store unreadable).
+
+    The caller configures logging first (``configure_logging(settings.log.format, "warning")``,
+    as for `rag-monitor agents`), so that the store's start-up log stays quiet.
+    """
+    try:
+        since = parse_since(args.since)
+    except ValueError as exc:
+        print(f"rag-monitor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    time = items.check_time(args.time)
+    query = items.ReviewQuery(since, args.metric, args.agent, args.worst, time, args.group)
+    url = settings.store.url.get_secret_value()
+    try:
+        store = await Store.open(url)
+    except Exception as exc:
+        print(
+            f"rag-monitor: cannot open the results store {sanitized_url(url)}: "
+            f"{_scrubbed(exc, url)}",
+            file=sys.stderr,
+        )
+        return EXIT_STORE
+    try:
+        answers = await answers_for(store, query, items.review_redactor(settings))
+    except Exception as exc:
+        print(f"rag-monitor: cannot read the results store: {_scrubbed(exc, url)}", file=sys.stderr)
+        return EXIT_STORE
+    finally:
+        await store.close()
+    if args.json:
+        print(render_json(answers, query))
+    else:
+        print(render_text(answers, since=since, agent=args.agent, time=time), end="")
+    return 0
+
+
+def _scrubbed(exc: BaseException, url: str) -> str:
+    """An exception's message without the store URL or its password."""
+    message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    secrets = [url]
+    try:
+        password = make_url(url).password
+    except Exception:
+        password = None
+    if password:
+        secrets.append(str(password))
+    for secret in secrets:
+        message = message.replace(secret, "***")
+    return message
