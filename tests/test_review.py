@@ -226,7 +226,7 @@ def _since() -> datetime:
 
 
 async def test_worst_answers_rank_worst_first_with_claims_and_constraints(store: Store) -> None:
-    items = await worst_answers(store, _since())
+    items = await worst_answers(store, _since(), metric="faithfulness")
     assert [i.trace_id for i in items] == ["t-worst", "t-xss", "t-secret", "t-good"]
     worst = items[0]
     assert worst.agent == "support-bot" and worst.evaluator == "heuristic"
@@ -252,14 +252,18 @@ async def test_worst_answers_rank_worst_first_with_claims_and_constraints(store:
 
 
 async def test_filters_agent_limit_and_other_metrics(store: Store) -> None:
-    billing = await worst_answers(store, _since(), agent="billing-bot")
+    billing = await worst_answers(store, _since(), agent="billing-bot", metric="faithfulness")
     assert [i.trace_id for i in billing] == ["t-xss"]
-    assert [i.trace_id for i in await worst_answers(store, _since(), limit=2)] == [
+    assert [
+        i.trace_id for i in await worst_answers(store, _since(), limit=2, metric="faithfulness")
+    ] == [
         "t-worst",
         "t-xss",
     ]
-    assert await worst_answers(store, _since(), agent="nobody") == []
-    older = await worst_answers(store, datetime.now(UTC) - timedelta(hours=4))
+    assert await worst_answers(store, _since(), agent="nobody", metric="faithfulness") == []
+    older = await worst_answers(
+        store, datetime.now(UTC) - timedelta(hours=4), metric="faithfulness"
+    )
     assert older[0].trace_id == "t-old", "a wider window reaches the older answer"
     # context_relevancy has no column of its own: ranked from the stored result document.
     relevancy = await worst_answers(store, _since(), metric="context_relevancy")
@@ -270,14 +274,14 @@ async def test_filters_agent_limit_and_other_metrics(store: Store) -> None:
 
 
 async def test_review_redacts_what_it_shows(store: Store) -> None:
-    items = await worst_answers(store, _since())
+    items = await worst_answers(store, _since(), metric="faithfulness")
     shown = json.dumps([i.to_json() for i in items], ensure_ascii=False)
     text = render_text(items)
     for output in (shown, text):
         assert EMAIL not in output and API_KEY not in output
         assert "[REDACTED]" in output
     # Without a redactor the stored text is shown as it is (the store already redacted it).
-    raw = await worst_answers(store, _since(), redactor=None)
+    raw = await worst_answers(store, _since(), redactor=None, metric="faithfulness")
     assert EMAIL in (raw[2].question or "")
 
 
@@ -294,7 +298,7 @@ def test_excerpt_cuts_at_a_word_and_marks_it() -> None:
 
 async def test_text_listing_is_worst_first_and_readable(store: Store) -> None:
     since = _since()
-    text = render_text(await worst_answers(store, since), since=since)
+    text = render_text(await worst_answers(store, since, metric="faithfulness"), since=since)
     positions = [text.index(f"trace {t}") for t in ("t-worst", "t-xss", "t-secret", "t-good")]
     assert positions == sorted(positions), text
     assert text.startswith("4 worst answers by faithfulness scored since ")
@@ -311,7 +315,7 @@ async def test_text_listing_is_worst_first_and_readable(store: Store) -> None:
 
 async def test_json_document_shape(store: Store) -> None:
     since = _since()
-    items = await worst_answers(store, since)
+    items = await worst_answers(store, since, metric="faithfulness")
     document = json.loads(
         render_json(items, ReviewQuery(since, metric="faithfulness", agent=None, worst=20))
     )
@@ -588,7 +592,10 @@ async def test_hostile_text_in_every_field_is_escaped(tmp_path: Path) -> None:
         async with (
             serve_review(lambda: store, None) as base,
             aiohttp.ClientSession() as session,
-            session.get(base + "/review", params={"since": "1h", "agent": f"a{hostile}"}) as reply,
+            session.get(
+                base + "/review",
+                params={"since": "1h", "agent": f"a{hostile}", "metric": "faithfulness"},
+            ) as reply,
         ):
             assert reply.status == 200
             html = await reply.text()
@@ -733,7 +740,7 @@ async def test_review_on_postgresql_and_the_grafana_panel_query(postgres_url: st
     store = await Store.open(postgres_url)
     try:
         await seed(store)
-        items = await worst_answers(store, _since())
+        items = await worst_answers(store, _since(), metric="faithfulness")
         assert [i.trace_id for i in items] == ["t-worst", "t-xss", "t-secret", "t-good"]
         assert items[0].violated_constraints[0].constraint_id == "lang-ja"
         relevancy = await worst_answers(store, _since(), metric="context_relevancy")
@@ -827,7 +834,7 @@ async def test_near_identical_answers_are_listed_once_with_a_count(
     store = await Store.open(url)
     try:
         await _many_copies(store)
-        items = await worst_answers(store, _since(), limit=4)
+        items = await worst_answers(store, _since(), limit=4, metric="faithfulness")
         assert [(i.trace_id, i.count) for i in items] == [
             ("copy-19", 20),
             ("other-0", 1),
@@ -839,7 +846,9 @@ async def test_near_identical_answers_are_listed_once_with_a_count(
         assert similar.trace_ids[:2] == ["copy-18", "copy-17"] and len(similar.trace_ids) == 10
         assert similar.agents == ["support-bot", "support-bot-canary"]
         assert (similar.score_min, similar.score_max) == pytest.approx((0.31, 0.5))
-        ungrouped = await worst_answers(store, _since(), limit=4, group=False)
+        ungrouped = await worst_answers(
+            store, _since(), limit=4, group=False, metric="faithfulness"
+        )
         assert [i.trace_id for i in ungrouped] == ["copy-19", "copy-18", "copy-17", "copy-16"]
 
         text = render_text(items, since=_since())
@@ -895,10 +904,12 @@ async def test_since_counts_from_when_answers_were_scored(
             query="q",
             answer="a",
         )
-        assert [i.trace_id for i in await worst_answers(store, _since())] == ["replayed"]
-        assert await worst_answers(store, _since(), time="trace") == []
+        assert [
+            i.trace_id for i in await worst_answers(store, _since(), metric="faithfulness")
+        ] == ["replayed"]
+        assert await worst_answers(store, _since(), time="trace", metric="faithfulness") == []
         with pytest.raises(ValueError, match="time must be one of"):
-            await worst_answers(store, _since(), time="wall")
+            await worst_answers(store, _since(), time="wall", metric="faithfulness")
     finally:
         await store.close()
     capsys.readouterr()  # the store's own log lines so far
