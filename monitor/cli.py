@@ -19,12 +19,12 @@ from prometheus_client import CollectorRegistry
 
 from monitor import __version__
 from monitor.config import ConfigError, Settings, load_settings, masked_dump
+from monitor.export.topics import MissingTopicError
 from monitor.golden.cli import dispatch as dispatch_golden
 from monitor.golden.cli import register as register_golden
 from monitor.logs import configure_logging
 from monitor.models import Trace
 from monitor.review.cli import register as register_review
-from monitor.source.topics import MissingTopicError
 from monitor.topics_cli import dispatch as dispatch_topics
 from monitor.topics_cli import register as register_topics
 

@@ -24,8 +24,8 @@ import yaml
 from pydantic import ValidationError
 
 from monitor.config import ConfigError
+from monitor.config.golden import GoldenConfig
 from monitor.golden.cli import dispatch, landis_koch, register
-from monitor.golden.config import GoldenConfig
 from monitor.golden.results import RunResult
 from tests.fixtures.golden.service import (
     RETRIEVAL_SUITE,

@@ -29,12 +29,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pydantic import SecretStr
 
 from monitor.config import Settings
+from monitor.config.golden import GoldenConfig
 from monitor.daemon import Daemon, SourceSpec
 from monitor.demo.processes import ChildProcess
 from monitor.demo.prometheus import start_prometheus
 from monitor.demo.service import RagService
 from monitor.demo.traffic import TrafficGenerator
-from monitor.golden.config import GoldenConfig
 
 log = structlog.get_logger(__name__)
 

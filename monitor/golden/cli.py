@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, TextIO, cast
 
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.golden import GoldenConfig
+from monitor.config.judge import JudgeConfig
 from monitor.golden import ranking, stats
 from monitor.golden.answers import AnswerJudge
-from monitor.golden.config import GoldenConfig
 from monitor.golden.dataset import (
     GenerationSuite,
     RetrievalSuite,

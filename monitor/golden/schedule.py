@@ -45,8 +45,8 @@ from apscheduler.schedulers.asyncio import (  # type: ignore[import-untyped]
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-untyped]
 
+from monitor.config.golden import GoldenConfig, ScheduleConfig, SuiteConfig
 from monitor.golden.answers import AnswerJudge
-from monitor.golden.config import GoldenConfig, ScheduleConfig, SuiteConfig
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.report import write_report
 from monitor.golden.results import RunResult
