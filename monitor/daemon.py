@@ -19,6 +19,7 @@ from aiokafka.structs import TopicPartition
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
+from monitor.command import ExitCode
 from monitor.config import Settings
 from monitor.conversation import ConversationMetrics, ConversationTracker
 from monitor.evaluate.heuristic import HeuristicEvaluator
@@ -157,7 +158,7 @@ class Daemon:
             return False, "results store unavailable"
         return True, f"{assigned} partitions assigned"
 
-    async def run(self) -> int:
+    async def run(self) -> ExitCode:
         tracer, provider = build_tracer(self.settings.telemetry)
         async with AsyncExitStack() as stack:
             if provider is not None:
@@ -217,7 +218,7 @@ class Daemon:
         dead_letters: DeadLetterSink,
         tracer: Tracer | None,
         kafka_kwargs: dict[str, Any],
-    ) -> int:
+    ) -> ExitCode:
         config = self.settings.kafka
         ingest = self._ingest(dead_letters, tracer)
         scoring_topics = list(config.topics)
@@ -352,7 +353,7 @@ class Daemon:
 
     async def _consume(
         self, scoring: KafkaSource, ingest: Ingest, otlp_source: KafkaSource | None
-    ) -> int:
+    ) -> ExitCode:
         self.started.set()
         log.info(
             "consuming",
@@ -365,7 +366,7 @@ class Daemon:
             loops.create_task(self._scoring_loop(scoring, ingest))
             if otlp_source is not None and self.otlp_stage is not None:
                 loops.create_task(self._otlp_loop(otlp_source, self.otlp_stage))
-        return 0
+        return ExitCode.OK
 
     async def _scoring_loop(self, kafka: KafkaSource, ingest: Ingest) -> None:
         while not self._stop.is_set():
@@ -399,7 +400,7 @@ class Daemon:
             await kafka.commit_if_due()
         await kafka.commit()
 
-    async def _run_file(self, ingest: Ingest) -> int:
+    async def _run_file(self, ingest: Ingest) -> ExitCode:
         assert self.source_spec.path is not None
         self._file_running = True
         self.started.set()
@@ -421,7 +422,7 @@ class Daemon:
         finally:
             self._file_running = False
             self.metrics.ready.set(0)
-        return 0
+        return ExitCode.OK
 
 
 def _freeze_startup_heap() -> Callable[[], None]:
