@@ -33,9 +33,8 @@ from monitor.export.http import HttpServer, Probes, build_app
 from monitor.export.metrics import Metrics
 from monitor.export.results import ResultsPublisher
 from monitor.export.scoring_metrics import ScoringMetrics
-from monitor.golden.judges import open_answer_judge
-from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.schedule import GoldenScheduler
+from monitor.golden.service import golden_service
 from monitor.retry import RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
@@ -179,14 +178,14 @@ class Daemon:
             stack.push_async_callback(self.http.stop)
             log.info("http server listening", host=self.settings.http.host, port=self.http.port)
             if self.source_spec.kind == "file":
-                self.processor = await self._processor(stack, producer_kwargs=None)
+                await self._start_services(stack, producer_kwargs=None)
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
                 ingest = self._ingest(dead_letters, tracer, text_lines=True)
                 if self.settings.kafka.otlp_stage_enabled:
                     ingest.attach_otlp(self._local_otlp(ingest, dead_letters))
                 return await self._run_file(ingest)
             kafka_kwargs = producer_kwargs(self.settings.kafka)
-            self.processor = await self._processor(stack, producer_kwargs=kafka_kwargs)
+            await self._start_services(stack, producer_kwargs=kafka_kwargs)
             if self._dead_letters_override is not None:
                 dead_letters = self._dead_letters_override
             else:
@@ -285,31 +284,38 @@ class Daemon:
             self.metrics.ready.set(0)
             log.info("left the consumer groups")
 
-    async def _processor(
+    async def _start_services(
         self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
-    ) -> TraceProcessor:
-        """The given processing stage, or the scoring stage with its sinks."""
+    ) -> None:
+        """What runs beside the consume loop, stopped by `stack` in reverse: the scoring stage
+        (or the given processor), then the golden service, which stops first at shutdown
+        while the store its runs are saved to is still open."""
+        stage = await self._start_scoring(stack, producer_kwargs)
+        if self.settings.golden.suites:
+            self.golden = await stack.enter_async_context(
+                golden_service(
+                    self.settings.golden,
+                    self.settings.judge,
+                    registry=self.metrics.registry,
+                    sink=StoreGoldenSink(self.store) if self.store is not None else None,
+                    judge_metrics=stage.judge_metrics if stage is not None else None,
+                    token_budget=stage.token_budget if stage is not None else None,
+                    base_dir=self._config_dir,
+                )
+            )
+
+    async def _start_scoring(
+        self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
+    ) -> ScoringStage | None:
+        """The given processing stage, or the scoring stage with its sinks (returned)."""
         if self._processor_override is not None:
-            return self._processor_override
+            self.processor = self._processor_override
+            return None
         stage = await build_scoring_stage(self.settings, self.metrics, stack, producer_kwargs)
+        self.processor = stage.processor
         self.store, self.conversations = stage.store, stage.tracker
         stack.push_async_callback(stage.tracker.flush)
-        golden = self.settings.golden
-        if golden.suites:
-            answer_judge = None
-            if golden.judge_answers:
-                answer_judge = await stack.enter_async_context(
-                    open_answer_judge(self.settings.judge, stage.judge_metrics, stage.token_budget)
-                )
-            self.golden = GoldenScheduler(
-                golden,
-                metrics=GoldenMetrics(self.metrics.registry),
-                sink=StoreGoldenSink(stage.store) if stage.store is not None else None,
-                judge=answer_judge,
-                base_dir=self._config_dir,
-            )
-            await stack.enter_async_context(self.golden)
-        return stage.processor
+        return stage
 
     async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.conversations is not None:

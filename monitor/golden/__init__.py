@@ -31,6 +31,8 @@ Running and output:
 - :mod:`monitor.golden.report` -- the markdown report and JSON result.
 - :mod:`monitor.golden.metrics` -- the ``ragmon_golden_*`` Prometheus metrics.
 - :mod:`monitor.golden.schedule` -- cron/interval runs inside the daemon (APScheduler).
+- :mod:`monitor.golden.service` -- the scheduler and its answer judge as a service the daemon
+  starts beside consuming and stops first.
 - :mod:`monitor.golden.cli` -- ``rag-monitor golden score|run|agreement|validate``.
 
 The formulas (docs/metrics.md#retrieval) are cross-checked against
