@@ -37,8 +37,8 @@ from typing import Any, NamedTuple, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from pydantic import BaseModel, ConfigDict, Field
 
+from monitor.config.conversation import ConversationConfig
 from monitor.evaluate.constraints import check_constraint
 from monitor.export.metrics import AgentLabels
 from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trace
@@ -74,13 +74,6 @@ def start_micros(trace: Trace) -> int:
 def turn_order_key(trace: Trace) -> tuple[int, int, str]:
     """The order in which a conversation's traces are processed: explicit turn, start, id."""
     return (trace.turn or 0, start_micros(trace), trace.trace_id)
-
-
-class ConversationConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    idle_seconds: float = Field(default=1800.0, gt=0, description="a conversation ends after this")
-    max_conversations: int = Field(default=100_000, gt=0)
 
 
 class TurnJudge(Protocol):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from monitor.evaluate.sampler import Sampler, SamplingConfig
+from monitor.config.scoring import SamplingConfig
+from monitor.evaluate.sampler import Sampler
 from monitor.models import Context, EvaluationResult, Score, Trace
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)

@@ -13,8 +13,7 @@ import hashlib
 import time
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from monitor.config.scoring import SamplingConfig
 from monitor.evaluate.token_budget import TokenBudget
 from monitor.models import EvaluationResult, Trace
 
@@ -23,21 +22,6 @@ CROSS_LANGUAGE = "cross_language"
 Decision = Literal["sampled", "priority", "skipped", "rate_lowered"]
 """``rate_lowered``: the configured rate would have judged the trace, the load-lowered one did
 not -- judge work shed under load, counted with the other shed reasons."""
-
-
-class SamplingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    rate: float = Field(default=0.05, ge=0, le=1, description="share of conversations judged")
-    agent_rates: dict[str, float] = Field(default_factory=dict)
-    priority_faithfulness_below: float = Field(default=0.5, ge=0, le=1)
-    priority_feedback_at_or_below: float | None = Field(
-        default=0.0, description="feedback.score at or below this always gets judged"
-    )
-    priority_no_contexts: bool = True
-    queue_size: int = Field(default=200, gt=0)
-    token_budget_per_hour: int | None = Field(default=None, gt=0)
-    min_rate_factor: float = Field(default=0.01, gt=0, le=1)
 
 
 def _unit_hash(key: str) -> float:

@@ -9,15 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from monitor.config import Settings
 from monitor.evaluate.redaction import Redactor
 from monitor.models import EvaluationResult
 from monitor.scoring import TextRedactor
 from monitor.store import SCORE_COLUMNS, TimeBasis
-
-if TYPE_CHECKING:
-    from monitor.config import Settings
 
 # Every metric an evaluator writes: the columns of the store first, then those read from the
 # stored result document.

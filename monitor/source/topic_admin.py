@@ -20,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
 
 from monitor.config import Settings, aiokafka_security_kwargs
-from monitor.source.topics import MissingTopicError
+from monitor.export.topics import MissingTopicError
 from monitor.source.writer import RECORD_OVERHEAD_BYTES
 
 TOPIC_ALREADY_EXISTS = 36
