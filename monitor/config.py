@@ -456,7 +456,3 @@ def aiokafka_security_kwargs(kafka: KafkaConfig) -> dict[str, Any]:
             password=kafka.ssl_password.get_secret_value() if kafka.ssl_password else None,
         )
     return kwargs
-
-
-def running_on_tty() -> bool:
-    return os.isatty(2)

@@ -53,7 +53,7 @@ from monitor.source.otlp_stage import (
 )
 from monitor.source.topic_admin import ensure_internal_topics
 from monitor.source.writer import TopicWriter
-from monitor.stage import RecordingProcessor, TraceProcessor
+from monitor.stage import TraceProcessor
 from monitor.store import Store, StoreGoldenSink
 from monitor.telemetry import build_tracer
 
@@ -93,7 +93,6 @@ class Daemon:
         self.settings = settings
         self.source_spec = source
         self._processor_override = processor
-        self.processor: TraceProcessor = processor or RecordingProcessor()
         self.store: Store | None = None
         self.conversations: ConversationTracker | None = None
         self.golden: GoldenScheduler | None = None
@@ -178,14 +177,14 @@ class Daemon:
             stack.push_async_callback(self.http.stop)
             log.info("http server listening", host=self.settings.http.host, port=self.http.port)
             if self.source_spec.kind == "file":
-                self.processor = await self._processor(stack, producer_kwargs=None)
+                processor = await self._processor(stack, producer_kwargs=None)
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
-                ingest = self._ingest(dead_letters, tracer, text_lines=True)
+                ingest = self._ingest(processor, dead_letters, tracer, text_lines=True)
                 if self.settings.kafka.otlp_stage_enabled:
                     ingest.attach_otlp(self._local_otlp(ingest, dead_letters))
                 return await self._run_file(ingest)
             kafka_kwargs = producer_kwargs(self.settings.kafka)
-            self.processor = await self._processor(stack, producer_kwargs=kafka_kwargs)
+            processor = await self._processor(stack, producer_kwargs=kafka_kwargs)
             if self._dead_letters_override is not None:
                 dead_letters = self._dead_letters_override
             else:
@@ -197,7 +196,7 @@ class Daemon:
                 await producer.start()
                 stack.push_async_callback(producer.stop)
                 dead_letters = producer
-            return await self._run_kafka(stack, dead_letters, tracer, kafka_kwargs)
+            return await self._run_kafka(stack, processor, dead_letters, tracer, kafka_kwargs)
 
     def _local_otlp(self, ingest: Ingest, dead_letters: DeadLetterSink) -> LocalIntake:
         """The file source's OTLP path: split and assembled here, releases scored directly."""
@@ -214,12 +213,13 @@ class Daemon:
     async def _run_kafka(
         self,
         stack: AsyncExitStack,
+        processor: TraceProcessor,
         dead_letters: DeadLetterSink,
         tracer: Tracer | None,
         kafka_kwargs: dict[str, Any],
     ) -> int:
         config = self.settings.kafka
-        ingest = self._ingest(dead_letters, tracer)
+        ingest = self._ingest(processor, dead_letters, tracer)
         scoring_topics = list(config.topics)
         otlp_source: KafkaSource | None = None
         if config.otlp_stage_enabled:
@@ -333,13 +333,17 @@ class Daemon:
             await self.conversations.expire()
 
     def _ingest(
-        self, dead_letters: DeadLetterSink, tracer: Tracer | None, text_lines: bool = False
+        self,
+        processor: TraceProcessor,
+        dead_letters: DeadLetterSink,
+        tracer: Tracer | None,
+        text_lines: bool = False,
     ) -> Ingest:
         kafka = self.settings.kafka
         self._active_ingest = Ingest(
             input_format=kafka.format,
             max_message_bytes=kafka.max_message_bytes,
-            processor=self.processor,
+            processor=processor,
             dead_letters=dead_letters,
             tracker=self.tracker,
             metrics=self.metrics,

@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-SCHEMA_VERSION = 1
 DEFAULT_AGENT = "default"
 # Bounds of the store's integer columns: a trace beyond them is rejected at decoding.
 INT32_MAX = 2**31 - 1
@@ -89,9 +88,6 @@ class Trace(_Strict):
     def partition_key(self) -> str:
         """The Kafka key this trace should carry: its conversation, else itself."""
         return self.conversation_id or self.trace_id
-
-
-TraceFormat = Literal["native", "otlp_json", "otlp_proto"]
 
 
 class Score(_Strict):

@@ -11,7 +11,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-TURN_BUCKETS = ("1", "2", "3", "4-5", "6-10", "11+")
 OUTCOME_METRICS = ("relevance", "answer_quality", "instruction_following", "coherence")
 
 

@@ -3,7 +3,7 @@
 Put it between a client and a server (the daemon and the Kafka broker, the daemon and the judge
 endpoint) and turn the connection bad on purpose:
 
-- ``pass_through()`` (the initial mode): bytes flow both ways.
+- passing (the initial mode): bytes flow both ways.
 - ``stall()``: nothing is forwarded any more, in either direction, on open or new connections.
   Sockets stay open and what arrives is held, like a network path that black-holes packets;
   ``resume()`` delivers what was held and carries on.
@@ -16,8 +16,8 @@ after the proxy started: connections made before that are reset.
 
 Async use: ``await proxy.start()`` / ``await proxy.stop()`` on the caller's loop. Tests that
 block (subprocess daemons, ``urllib``) use ``proxy.start_in_thread()`` / ``stop_in_thread()``:
-the proxy then runs on its own loop in a daemon thread, and ``stall``, ``cut``, ``resume`` and
-``pass_through`` may be called from any thread.
+the proxy then runs on its own loop in a daemon thread, and ``stall``, ``cut`` and ``resume``
+may be called from any thread.
 """
 
 from __future__ import annotations
@@ -139,9 +139,6 @@ class TcpProxy:
 
     # -------------------------------------------------------------------------------- control
 
-    def pass_through(self) -> None:
-        self._control("pass")
-
     def resume(self) -> None:
         self._control("pass")
 
@@ -150,10 +147,6 @@ class TcpProxy:
 
     def cut(self) -> None:
         self._control("cut")
-
-    @property
-    def open_connections(self) -> int:
-        return len(self._links)
 
     def _control(self, mode: Mode) -> None:
         loop = self._loop
