@@ -25,8 +25,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.judge_prompts import average_precision
 from monitor.evaluate.llm import METRICS, LLMJudge
+from monitor.evaluate.precision import average_precision
 from monitor.models import Constraint, Trace
 from monitor.retry import parse_retry_after
 from tests.support.openai_server import OpenAIServer, Received, Reply

@@ -17,6 +17,7 @@ from monitor.evaluate.grounding import (
     load_model,
     token_overlap,
 )
+from monitor.evaluate.precision import average_precision
 from monitor.evaluate.support import (
     ContextIndex,
     StatementSupport,
@@ -135,16 +136,6 @@ class Statement:
 def _model_language(answer: str) -> str:
     """Which of the grounding model's languages scores this answer."""
     return "ja" if detect_language(answer) == "ja" else "en"
-
-
-def _avg_precision(useful: list[bool]) -> float:
-    """Average precision of the ranking: mean of precision@k over the useful positions k."""
-    hits, total = 0, 0.0
-    for k, u in enumerate(useful, start=1):
-        if u:
-            hits += 1
-            total += hits / k
-    return total / hits if hits else 0.0
 
 
 def _ordered(trace: Trace) -> list[tuple[str, str]]:
@@ -319,7 +310,7 @@ class HeuristicEvaluator:
             features = self._features(checkable, contexts)
             scores["support"] = Score.of(self.model.support(_model_language(answer), features))
             useful = self._useful_chunks(checkable, index)
-            scores["context_precision"] = Score.of(_avg_precision(useful))
+            scores["context_precision"] = Score.of(average_precision(useful))
             scores["context_utilization"] = Score.of(sum(useful) / len(useful))
             if any(s.support and s.support.unsupported_entities for s in checkable):
                 flags.append("unsupported_entities")

@@ -57,7 +57,6 @@ from monitor.evaluate.judge_prompts import (
     ParsedTurn,
     RelevanceVerdicts,
     TurnInput,
-    average_precision,
     faithfulness_prompt,
     parse_faithfulness,
     parse_relevance,
@@ -65,6 +64,7 @@ from monitor.evaluate.judge_prompts import (
     relevance_prompt,
     turn_prompt,
 )
+from monitor.evaluate.precision import average_precision
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.token_budget import TokenBudget
 from monitor.evaluate.token_usage import TokenTally
