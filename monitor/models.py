@@ -145,6 +145,23 @@ class EvaluationResult(_Strict):
     latency_ms: float | None = None
     errors: list[str] = Field(default_factory=list)
 
+    @classmethod
+    def of_trace(
+        cls, trace: Trace, evaluator: str, scores: dict[str, Score], **details: Any
+    ) -> EvaluationResult:
+        """`evaluator`'s result for `trace`, keyed and labelled as the trace is; `details` are
+        the other fields (statements, flags, tokens, latency_ms, ...)."""
+        return cls(
+            trace_id=trace.trace_id,
+            conversation_id=trace.conversation_id,
+            turn=trace.turn,
+            agent=trace.agent,
+            timestamp=trace.timestamp,
+            evaluator=evaluator,
+            scores=scores,
+            **details,
+        )
+
     @property
     def unsupported_claims(self) -> list[str]:
         return [v.statement for v in self.statements if not v.supported]

@@ -323,14 +323,10 @@ class HeuristicEvaluator:
             if any(term in folded for term in self._forbidden):
                 flags.append("must_not_contain")
 
-        return EvaluationResult(
-            trace_id=trace.trace_id,
-            conversation_id=trace.conversation_id,
-            turn=trace.turn,
-            agent=trace.agent,
-            timestamp=trace.timestamp,
-            evaluator=self.name,
-            scores=scores,
+        return EvaluationResult.of_trace(
+            trace,
+            self.name,
+            scores,
             statements=verdicts,
             flags=flags,
             latency_ms=(time.perf_counter() - started) * 1000.0,

@@ -314,14 +314,10 @@ class LLMJudge:
     ) -> EvaluationResult:
         for m in METRICS:  # every metric present, measured or with a reason
             scores.setdefault(m, Score.unmeasured("judge_error"))
-        return EvaluationResult(
-            trace_id=trace.trace_id,
-            conversation_id=trace.conversation_id,
-            turn=trace.turn,
-            agent=trace.agent,
-            timestamp=trace.timestamp,
-            evaluator=self.name,
-            scores={m: scores[m] for m in METRICS},
+        return EvaluationResult.of_trace(
+            trace,
+            self.name,
+            {m: scores[m] for m in METRICS},
             statements=statements,
             judge_model=self.config.model,
             tokens=tokens,
