@@ -95,6 +95,7 @@ def test_contexts_in_both_languages_compare_with_either() -> None:
     assert "cross_language" not in res.flags
 
 
+@pytest.mark.slow
 def test_cross_language_turn_is_not_a_hallucination_in_h_t(tmp_path: Path) -> None:
     """Through `rag-monitor score` into a real SQLite store: the cross-language turn's H_t is
     unmeasured (NULL), the grounded same-language turn's is 0, an invented one's is 1."""

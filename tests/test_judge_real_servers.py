@@ -59,6 +59,8 @@ from tests.support.traces import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # two real model servers, seconds per call
+
 REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 64  # small: the tiny model may repeat itself until the bound, and CPU time is short
 FAILURE_REASONS = {"malformed_output", "judge_error", "judge_timeout", "context_too_long"}
