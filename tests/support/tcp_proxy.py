@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
+from tests.support.loop_thread import LoopThread
+
 Mode = Literal["pass", "stall", "cut"]
 CHUNK = 65536
 
@@ -63,7 +65,7 @@ class TcpProxy:
         self._flowing: asyncio.Event | None = None
         self._links: set[_Link] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._in_thread: LoopThread | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -97,21 +99,15 @@ class TcpProxy:
                 await asyncio.wait_for(server.wait_closed(), 2)
 
     def start_in_thread(self) -> int:
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="tcp-proxy", daemon=True)
-        thread.start()
-        self._thread = thread
-        return asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout=10)
+        self._in_thread = LoopThread("tcp-proxy")
+        return self._in_thread.run(self.start())
 
     def stop_in_thread(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        in_thread, self._in_thread = self._in_thread, None
+        if in_thread is None:
             return
-        asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-        self._thread = None
+        in_thread.run(self.stop())
+        in_thread.close()
 
     async def __aenter__(self) -> TcpProxy:
         await self.start()
