@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from monitor.conversation import ConversationConfig, ConversationMetrics, ConversationTracker
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.conversation import ConversationConfig
+from monitor.config.judge import JudgeConfig
+from monitor.conversation import ConversationMetrics, ConversationTracker
 from monitor.evaluate.llm import LLMJudge
 from monitor.export.metrics import AgentLabels
 from monitor.models import Trace

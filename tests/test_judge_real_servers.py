@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from monitor.config.judge import JudgeConfig
 from monitor.daemon import Daemon, SourceSpec
 from monitor.evaluate.judge_client import CallFailure
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.llm import METRICS, LLMJudge
 from monitor.evaluate.token_budget import TokenBudget
@@ -401,6 +401,13 @@ async def test_daemon_with_the_judge_over_kafka(
         )
 
     await wait_for(lambda: judged() == 2.0, 600, "two judge results")
+    # the metrics count a judgement before the turn judge (slow on a small server) and the store
+    # write finish: stop once both traces' tier-0 and judge results are stored
+    await wait_for(
+        lambda: (value("ragmon_store_writes_total", {"outcome": "ok"}) or 0) >= 4.0,
+        600,
+        "tier-0 and judge results of both traces stored",
+    )
     assert await running.stop() == 0
     shed = sum(
         value("ragmon_sampler_shed_total", {"agent": "default", "reason": r}) or 0

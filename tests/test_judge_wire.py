@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_client import CallFailure
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import (
     FAITHFULNESS_SCHEMA,
@@ -434,15 +434,12 @@ async def test_per_token_embeddings_are_mean_pooled_and_garbage_is_malformed(
     assert failed.value.reason == "malformed_output"
 
 
-async def test_trace_and_turn_judgements_report_every_token_spent(
-    server: OpenAIServer, judges: Any
-) -> None:
+async def test_turn_tokens_charged_to_the_trace_result(server: OpenAIServer, judges: Any) -> None:
     judge: LLMJudge = judges()
     result = await judge.evaluate(judge_trace(1))
     turn = await judge.judge_turn(judge_trace(1), [Constraint(id="k1", text="be brief")], [])
-    assert result.tokens is not None and turn.tokens is not None
+    charged = turn.charged_to(result)
+    assert result.tokens is not None and turn.tokens is not None and charged.tokens is not None
     spent = sum(sum(r.usage.values()) for r in server.requests if r.usage)
-    reported = [
-        (u.input_tokens or 0) + (u.output_tokens or 0) for u in (result.tokens, turn.tokens)
-    ]
-    assert all(reported) and sum(reported) == spent
+    assert (charged.tokens.input_tokens or 0) + (charged.tokens.output_tokens or 0) == spent
+    assert charged.scores == result.scores

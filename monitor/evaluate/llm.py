@@ -46,9 +46,9 @@ import structlog
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_cache import TTLCache, cache_key
 from monitor.evaluate.judge_client import CallFailure, JudgeClient
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import (
     OUTCOME_METRICS,
@@ -105,6 +105,19 @@ class TurnJudgement(BaseModel):
     tokens: Usage | None = None
     latency_ms: float | None = None
     errors: list[str] = Field(default_factory=list)
+
+    def charged_to(self, result: EvaluationResult) -> EvaluationResult:
+        """`result` (the same trace's ``llm`` evaluation) with this turn judgement's tokens
+        added, so the result counts every token spent judging its trace."""
+        if self.tokens is None:
+            return result
+        if result.tokens is None:
+            return result.model_copy(update={"tokens": self.tokens})
+        total = Usage(
+            input_tokens=(result.tokens.input_tokens or 0) + (self.tokens.input_tokens or 0),
+            output_tokens=(result.tokens.output_tokens or 0) + (self.tokens.output_tokens or 0),
+        )
+        return result.model_copy(update={"tokens": total})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ metric                                         type     labels                  
 ``ragmon_golden_run_duration_seconds``         gauge    suite                       last run
 =============================================  =======  ==========================  =========
 
-``metric`` values are the measure names of :mod:`monitor.golden.measures` (``mrr``,
+``metric`` values are the measure names of :mod:`monitor.config.golden.measures` (``mrr``,
 ``recall_5``, ``ndcg_5``, ``precision_5``, ``coverage``, ``answer_correctness``, ...). Only the
 configured modes are exported, not sweep variants (their labels are unbounded), and only
 measured values: an unmeasured measure (no judge) has no sample rather than a 0. When a later
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from monitor.golden.measures import is_latency
+from monitor.config.golden.measures import is_latency
 from monitor.golden.results import RunResult
 
 OUTCOMES = ("passed", "failed", "error")
