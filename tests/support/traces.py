@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -143,18 +142,6 @@ async def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
-
-
-class SlowRecorder:
-    """A processing stage that takes a little time and remembers every trace id it finished."""
-
-    def __init__(self, delay: tuple[float, float] = (0.0, 0.0)) -> None:
-        self.finished: list[str] = []
-        self._delay = delay
-
-    async def process(self, trace: Trace) -> None:
-        await asyncio.sleep(random.uniform(*self._delay))
-        self.finished.append(trace.trace_id)
 
 
 class RunningDaemon:
