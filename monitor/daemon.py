@@ -53,7 +53,7 @@ from monitor.source.otlp_stage import (
 )
 from monitor.source.topic_admin import ensure_internal_topics
 from monitor.source.writer import TopicWriter
-from monitor.stage import RecordingProcessor, TraceProcessor
+from monitor.stage import TraceProcessor
 from monitor.store import Store, StoreGoldenSink
 from monitor.telemetry import build_tracer
 
@@ -93,7 +93,6 @@ class Daemon:
         self.settings = settings
         self.source_spec = source
         self._processor_override = processor
-        self.processor: TraceProcessor = processor or RecordingProcessor()
         self.store: Store | None = None
         self.conversations: ConversationTracker | None = None
         self.golden: GoldenScheduler | None = None
@@ -178,14 +177,14 @@ class Daemon:
             stack.push_async_callback(self.http.stop)
             log.info("http server listening", host=self.settings.http.host, port=self.http.port)
             if self.source_spec.kind == "file":
-                await self._start_services(stack, producer_kwargs=None)
+                processor = await self._start_services(stack, producer_kwargs=None)
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
-                ingest = self._ingest(dead_letters, tracer, text_lines=True)
+                ingest = self._ingest(processor, dead_letters, tracer, text_lines=True)
                 if self.settings.kafka.otlp_stage_enabled:
                     ingest.attach_otlp(self._local_otlp(ingest, dead_letters))
                 return await self._run_file(ingest)
             kafka_kwargs = producer_kwargs(self.settings.kafka)
-            await self._start_services(stack, producer_kwargs=kafka_kwargs)
+            processor = await self._start_services(stack, producer_kwargs=kafka_kwargs)
             if self._dead_letters_override is not None:
                 dead_letters = self._dead_letters_override
             else:
@@ -197,7 +196,7 @@ class Daemon:
                 await producer.start()
                 stack.push_async_callback(producer.stop)
                 dead_letters = producer
-            return await self._run_kafka(stack, dead_letters, tracer, kafka_kwargs)
+            return await self._run_kafka(stack, processor, dead_letters, tracer, kafka_kwargs)
 
     def _local_otlp(self, ingest: Ingest, dead_letters: DeadLetterSink) -> LocalIntake:
         """The file source's OTLP path: split and assembled here, releases scored directly."""
@@ -215,12 +214,13 @@ class Daemon:
     async def _run_kafka(
         self,
         stack: AsyncExitStack,
+        processor: TraceProcessor,
         dead_letters: DeadLetterSink,
         tracer: Tracer | None,
         kafka_kwargs: dict[str, Any],
     ) -> ExitCode:
         config = self.settings.kafka
-        ingest = self._ingest(dead_letters, tracer)
+        ingest = self._ingest(processor, dead_letters, tracer)
         scoring_topics = list(config.topics)
         otlp_source: KafkaSource | None = None
         if config.otlp_stage_enabled:
@@ -291,11 +291,11 @@ class Daemon:
 
     async def _start_services(
         self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
-    ) -> None:
+    ) -> TraceProcessor:
         """What runs beside the consume loop, stopped by `stack` in reverse: the scoring stage
-        (or the given processor), then the golden service, which stops first at shutdown
-        while the store its runs are saved to is still open."""
-        stage = await self._start_scoring(stack, producer_kwargs)
+        (or the given processor, returned either way), then the golden service, which stops
+        first at shutdown while the store its runs are saved to is still open."""
+        processor, stage = await self._start_scoring(stack, producer_kwargs)
         if self.settings.golden.suites:
             self.golden = await stack.enter_async_context(
                 golden_service(
@@ -308,19 +308,18 @@ class Daemon:
                     base_dir=self._config_dir,
                 )
             )
+        return processor
 
     async def _start_scoring(
         self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
-    ) -> ScoringStage | None:
-        """The given processing stage, or the scoring stage with its sinks (returned)."""
+    ) -> tuple[TraceProcessor, ScoringStage | None]:
+        """The given processing stage, or the scoring stage with its sinks (and the stage)."""
         if self._processor_override is not None:
-            self.processor = self._processor_override
-            return None
+            return self._processor_override, None
         stage = await build_scoring_stage(self.settings, self.metrics, stack, producer_kwargs)
-        self.processor = stage.processor
         self.store, self.conversations = stage.store, stage.tracker
         stack.push_async_callback(stage.tracker.flush)
-        return stage
+        return stage.processor, stage
 
     async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.conversations is not None:
@@ -345,13 +344,17 @@ class Daemon:
             await self.conversations.expire()
 
     def _ingest(
-        self, dead_letters: DeadLetterSink, tracer: Tracer | None, text_lines: bool = False
+        self,
+        processor: TraceProcessor,
+        dead_letters: DeadLetterSink,
+        tracer: Tracer | None,
+        text_lines: bool = False,
     ) -> Ingest:
         kafka = self.settings.kafka
         self._active_ingest = Ingest(
             input_format=kafka.format,
             max_message_bytes=kafka.max_message_bytes,
-            processor=self.processor,
+            processor=processor,
             dead_letters=dead_letters,
             tracker=self.tracker,
             metrics=self.metrics,

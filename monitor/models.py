@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-SCHEMA_VERSION = 1
 DEFAULT_AGENT = "default"
 # Bounds of the store's integer columns: a trace beyond them is rejected at decoding.
 INT32_MAX = 2**31 - 1
@@ -91,9 +90,6 @@ class Trace(_Strict):
         return self.conversation_id or self.trace_id
 
 
-TraceFormat = Literal["native", "otlp_json", "otlp_proto"]
-
-
 class Score(_Strict):
     """A metric's value in [0, 1], or None with the reason it is unmeasured (never 0, never NaN)."""
 
@@ -148,6 +144,23 @@ class EvaluationResult(_Strict):
     tokens: Usage | None = None
     latency_ms: float | None = None
     errors: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of_trace(
+        cls, trace: Trace, evaluator: str, scores: dict[str, Score], **details: Any
+    ) -> EvaluationResult:
+        """`evaluator`'s result for `trace`, keyed and labelled as the trace is; `details` are
+        the other fields (statements, flags, tokens, latency_ms, ...)."""
+        return cls(
+            trace_id=trace.trace_id,
+            conversation_id=trace.conversation_id,
+            turn=trace.turn,
+            agent=trace.agent,
+            timestamp=trace.timestamp,
+            evaluator=evaluator,
+            scores=scores,
+            **details,
+        )
 
     @property
     def unsupported_claims(self) -> list[str]:

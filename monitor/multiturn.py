@@ -6,12 +6,11 @@ D_r = mean D_t over t >= 2; M = mean M_t; M_T = memory at the final turn.
 
 from __future__ import annotations
 
-import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-TURN_BUCKETS = ("1", "2", "3", "4-5", "6-10", "11+")
 OUTCOME_METRICS = ("relevance", "answer_quality", "instruction_following", "coherence")
 
 
@@ -47,15 +46,12 @@ class TurnRecord:
 
 
 def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+    return statistics.fmean(values) if values else None
 
 
 def _std(values: Sequence[float]) -> float | None:
     """Sample standard deviation (ddof=1); None below two values."""
-    if len(values) < 2:
-        return None
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return statistics.stdev(values) if len(values) >= 2 else None
 
 
 @dataclass(frozen=True)

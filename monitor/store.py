@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -525,10 +524,6 @@ def _result_row(
         "answer": _clip(answer),
         "result": result.model_dump_json(),
     }
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 async def turns_since(store: Store, since: datetime) -> list[dict[str, Any]]:

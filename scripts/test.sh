@@ -2,7 +2,7 @@
 # The test command (README; .ci/run calls exactly this). Prepares what only the tests need, then
 # runs pytest in the project environment with any arguments given:
 #   scripts/test.sh                      everything
-#   scripts/test.sh -m "not kafka" -x    pytest options pass through
+#   scripts/test.sh -m "not kafka and not slow"   the fast tier (README); pytest options pass through
 # Prepared here, each step skipping what is already in place: the development and ragas extras
 # in .venv, Debian packages (as root: Java and Maven for the Kafka test broker, PostgreSQL,
 # Prometheus, Chromium), the Kafka broker jars, the PostgreSQL test role, the OpenTelemetry

@@ -1,4 +1,5 @@
-"""Session fixtures: the real Apache Kafka broker, and helpers that every Kafka test shares."""
+"""Session fixtures: the real Apache Kafka broker, and helpers that every Kafka test shares;
+the hook that marks the tests needing that broker."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ def _start_broker(workdir: Path) -> KafkaBroker:
     except BrokerUnavailable as exc:
         service_unavailable(f"Apache Kafka test broker unavailable: {exc}")
     return broker
+
+
+KAFKA_FIXTURES = frozenset({"kafka_broker", "private_broker"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `kafka` every test that starts the real broker through a fixture (at any depth), so
+    `-m "not kafka"` leaves them out without each file having to say so."""
+    for item in items:
+        if KAFKA_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kafka)
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ def test_environment_overrides_the_file_and_nested_names_use_double_underscores(
     assert settings.http.port == 9000, "fields the environment does not set come from the file"
 
 
+@pytest.mark.slow
 def test_check_config_masks_secrets(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(
@@ -60,6 +61,7 @@ def test_check_config_masks_secrets(tmp_path: Path) -> None:
     assert "sasl_username: monitor" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("yaml_text", "env", "field"),
     [
@@ -97,6 +99,7 @@ def test_config_error_names_the_environment_variable_too() -> None:
     assert "RAGMON_KAFKA__DLQ_TOPIC" in str(error)
 
 
+@pytest.mark.slow
 def test_unreadable_and_malformed_files_are_reported(tmp_path: Path) -> None:
     missing = _cli("check-config", "--config", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
@@ -150,6 +153,7 @@ def test_the_readme_table_documents_every_setting() -> None:
     assert documented - actual == set(), "README rows for settings that do not exist"
 
 
+@pytest.mark.slow
 def test_config_errors_say_where_the_value_came_from(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("kafka:\n  topics: []\n  security_protocol: SASL_SSL\n")
@@ -165,6 +169,7 @@ def test_config_errors_say_where_the_value_came_from(tmp_path: Path) -> None:
     assert "--config: cannot read" in missing.stderr and "(env" not in missing.stderr
 
 
+@pytest.mark.slow
 def test_check_config_shows_the_judge_enabled_when_an_endpoint_turns_it_on() -> None:
     result = _cli("check-config", env={"RAGMON_JUDGE__BASE_URL": "http://127.0.0.1:1/v1"})
     assert result.returncode == 0, result.stderr

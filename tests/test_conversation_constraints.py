@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from prometheus_client import CollectorRegistry
 
 from monitor.config.conversation import ConversationConfig
@@ -13,23 +11,16 @@ from monitor.evaluate.llm import LLMJudge
 from monitor.export.metrics import AgentLabels
 from monitor.models import Trace
 from tests.support.openai_server import OpenAIServer
+from tests.support.traces import make_trace
 
-CONTEXT = [{"id": "kb", "text": "The Umeda store opens at 9:00 and closes at 21:00."}]
+CONTEXT = "The Umeda store opens at 9:00 and closes at 21:00."
 LONG = "The Umeda store opens at 9:00 in the morning and it closes at 21:00 every evening."
 
 
 def _trace(turn: int, query: str, answer: str) -> Trace:
-    return Trace.model_validate(
-        {
-            "trace_id": f"t{turn}",
-            "timestamp": datetime(2026, 11, 26, tzinfo=UTC).isoformat(),
-            "agent": "a",
-            "conversation_id": "c",
-            "turn": turn,
-            "query": query,
-            "contexts": CONTEXT,
-            "answer": answer,
-        }
+    """Turn `turn` of conversation "c"."""
+    return make_trace(
+        query, [CONTEXT], answer, trace_id=f"t{turn}", agent="a", conversation_id="c", turn=turn
     )
 
 

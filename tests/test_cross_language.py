@@ -11,13 +11,12 @@ import os
 import sqlite3
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from monitor.evaluate.heuristic import HeuristicEvaluator
-from monitor.models import Context, Trace
+from tests.support.traces import make_trace
 
 REPO = Path(__file__).resolve().parents[1]
 EV = HeuristicEvaluator()
@@ -26,16 +25,6 @@ UNMEASURED_ACROSS = ("faithfulness", "support", "context_precision", "context_ut
 WARRANTY_JA = "保証期間は2年です。保証は購入日から始まり、自然故障のみを対象とします。"
 ASK_JA = "保証期間はどのくらいですか？"
 WARRANTY_EN = "The warranty period is two years. It starts on the day of purchase."
-
-
-def trace(query: str, contexts: list[str], answer: str, trace_id: str = "t-1") -> Trace:
-    return Trace(
-        trace_id=trace_id,
-        timestamp=datetime(2026, 3, 1, 12, 0, tzinfo=UTC),
-        query=query,
-        contexts=[Context(id=f"c{i}", text=t, rank=i) for i, t in enumerate(contexts)],
-        answer=answer,
-    )
 
 
 @pytest.mark.parametrize(
@@ -52,7 +41,7 @@ def trace(query: str, contexts: list[str], answer: str, trace_id: str = "t-1") -
 def test_answer_in_another_language_than_the_contexts_is_unmeasured(
     query: str, contexts: list[str], answer: str
 ) -> None:
-    res = EV.evaluate(trace(query, contexts, answer))
+    res = EV.evaluate(make_trace(query, contexts, answer))
     for key in UNMEASURED_ACROSS:
         assert res.scores[key].value is None, (key, res.scores[key])
         assert res.scores[key].reason == "cross_language", key
@@ -72,7 +61,7 @@ def test_answer_in_another_language_than_the_contexts_is_unmeasured(
 def test_same_language_answer_is_measured_and_supported(
     query: str, contexts: list[str], answer: str
 ) -> None:
-    res = EV.evaluate(trace(query, contexts, answer))
+    res = EV.evaluate(make_trace(query, contexts, answer))
     assert res.scores["faithfulness"].value == 1.0
     assert res.scores["support"].value is not None and res.scores["support"].value > 0.5
     assert res.scores["answer_relevancy"].value is not None
@@ -81,7 +70,9 @@ def test_same_language_answer_is_measured_and_supported(
 
 
 def test_invented_claim_in_the_contexts_language_is_still_caught() -> None:
-    res = EV.evaluate(trace("保証期間は？", [WARRANTY_JA], "保証期間は5年で、盗難も対象です。"))
+    res = EV.evaluate(
+        make_trace("保証期間は？", [WARRANTY_JA], "保証期間は5年で、盗難も対象です。")
+    )
     assert res.scores["faithfulness"].value == 0.0
     assert "cross_language" not in res.flags
 
@@ -90,7 +81,7 @@ def test_mixed_answer_scores_only_the_comparable_statements() -> None:
     """A Japanese answer with one English sentence over Japanese contexts: the Japanese claims
     are checked, the English one is neither supported nor unsupported."""
     answer = "保証期間は2年です。The warranty also covers accidental damage."
-    res = EV.evaluate(trace("保証期間は？", [WARRANTY_JA], answer))
+    res = EV.evaluate(make_trace("保証期間は？", [WARRANTY_JA], answer))
     assert [v.statement for v in res.statements] == ["保証期間は2年です。"]
     assert res.scores["faithfulness"].value == 1.0
     assert "cross_language" in res.flags
@@ -98,12 +89,13 @@ def test_mixed_answer_scores_only_the_comparable_statements() -> None:
 
 def test_contexts_in_both_languages_compare_with_either() -> None:
     res = EV.evaluate(
-        trace("保証期間は？", [WARRANTY_JA, WARRANTY_EN], "The warranty period is two years.")
+        make_trace("保証期間は？", [WARRANTY_JA, WARRANTY_EN], "The warranty period is two years.")
     )
     assert res.scores["faithfulness"].value == 1.0
     assert "cross_language" not in res.flags
 
 
+@pytest.mark.slow
 def test_cross_language_turn_is_not_a_hallucination_in_h_t(tmp_path: Path) -> None:
     """Through `rag-monitor score` into a real SQLite store: the cross-language turn's H_t is
     unmeasured (NULL), the grounded same-language turn's is 0, an invented one's is 1."""

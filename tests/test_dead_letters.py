@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 from monitor.daemon import Daemon, SourceSpec
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import committed_offsets, create_topics, produce, read_all
+from tests.support.recorder import SlowRecorder
 from tests.support.traces import RunningDaemon, daemon_settings, encode, native_trace, wait_for
-from tests.test_kafka_delivery import SlowRecorder
 
 pytestmark = pytest.mark.kafka
 

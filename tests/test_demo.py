@@ -106,6 +106,7 @@ def demo(tmp_path: Path) -> Iterator[Terminal]:
         terminal.kill()
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_terminal_stops_everything_and_exits_0(demo: Terminal, tmp_path: Path) -> None:
     output = demo.wait_for_text("Ctrl-C stops everything", timeout=60)
     demo.wait_for_text("so consumer lag reads low", timeout=10)
@@ -139,6 +140,7 @@ def test_ctrl_c_in_a_terminal_stops_everything_and_exits_0(demo: Terminal, tmp_p
     assert turns >= 10
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once(demo: Terminal) -> None:
     demo.wait_for_text("so consumer lag reads low", timeout=60)
     broker = _children_by_name(demo.pid)["broker"]
@@ -151,6 +153,7 @@ def test_a_second_ctrl_c_exits_at_once(demo: Terminal) -> None:
     assert not alive(broker), "an immediate exit still takes the broker down"
 
 
+@pytest.mark.slow
 def test_when_the_embedded_broker_dies_the_demo_says_so_and_exits_non_zero(
     demo: Terminal,
 ) -> None:
@@ -173,6 +176,7 @@ def _listening_socket() -> tuple[socket.socket, int]:
     return sock, port
 
 
+@pytest.mark.slow
 def test_a_busy_port_is_one_line_naming_the_flag(tmp_path: Path) -> None:
     _require_tansu()
     sock, port = _listening_socket()
@@ -211,6 +215,7 @@ def _alerts(prometheus: str) -> list[dict[str, object]]:
     return alerts
 
 
+@pytest.mark.slow
 def test_the_demo_prometheus_fires_the_hallucination_alert_on_the_bad_agent(
     tmp_path: Path,
 ) -> None:

@@ -203,6 +203,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_install_steps_build_and_run_the_daemon(tmp_path: Path) -> None:
     src, wheels, venv = tmp_path / "src", tmp_path / "wheels", tmp_path / "venv"

@@ -44,7 +44,7 @@ from tests.support.services import service_unavailable
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.traces import native_trace
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 class ProxiedBroker(KafkaBroker):

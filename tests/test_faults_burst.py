@@ -38,7 +38,7 @@ from tests.support.kafka_io import create_topics
 from tests.support.openai_server import OpenAIServer, Received, Reply
 from tests.support.traces import native_trace
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 RSS_BOUND_MIB = 400
 SAMPLING_RATE = 0.5

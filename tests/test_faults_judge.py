@@ -41,7 +41,7 @@ from tests.support.openai_server import OpenAIServer, Received, Reply
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.traces import native_trace
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 QUEUE_SIZE = 40
 RSS_BOUND_MIB = 400

@@ -43,7 +43,7 @@ from tests.support.kafka_io import create_topics, produce
 from tests.support.openai_server import OpenAIServer, Received, Reply
 from tests.support.traces import native_trace
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 SAMPLING_RATE = 0.5
 

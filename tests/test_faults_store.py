@@ -36,7 +36,7 @@ from tests.support.kafka_io import create_topics
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.traces import native_trace
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 async def _stored(url: str) -> set[str]:

@@ -101,6 +101,7 @@ def test_split_lines_reads_a_stream_with_the_same_bound() -> None:
 # ----------------------------------------------------------------------- the real process
 
 
+@pytest.mark.slow
 def test_endless_input_keeps_memory_flat_and_sigterm_stops_it(tmp_path: Path) -> None:
     """`run --source file:- < /dev/zero`: one endless line. Before lines were bounded the
     process grew by hundreds of MB a second; now it holds at most one line's limit."""
@@ -135,6 +136,7 @@ def test_endless_input_keeps_memory_flat_and_sigterm_stops_it(tmp_path: Path) ->
     assert second - first < 20 * 1024, f"RSS grew from {first} to {second} KiB"
 
 
+@pytest.mark.slow
 def test_stdin_is_processed_line_by_line_as_it_arrives_and_sigterm_stops_it_while_idle(
     tmp_path: Path,
 ) -> None:
@@ -174,6 +176,7 @@ def test_stdin_is_processed_line_by_line_as_it_arrives_and_sigterm_stops_it_whil
     assert "replayed 1 lines of stdin: 1 traces scored" in stdout
 
 
+@pytest.mark.slow
 def test_a_binary_file_is_invalid_utf8_and_a_huge_line_is_reported_truncated(
     tmp_path: Path,
 ) -> None:
@@ -205,6 +208,7 @@ def test_a_binary_file_is_invalid_utf8_and_a_huge_line_is_reported_truncated(
     assert "1 traces scored, 2 dead-lettered (invalid_utf8 1, too_large 1)" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_replay_ends_with_a_summary_like_score(tmp_path: Path) -> None:
     result = subprocess.run(
         _cli("run", "--source", "file:examples/traces.jsonl"),
@@ -224,6 +228,7 @@ def test_the_replay_ends_with_a_summary_like_score(tmp_path: Path) -> None:
     assert any("review --since" in line for line in lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -253,6 +258,7 @@ def test_bad_paths_are_one_line_naming_the_flag_with_exit_2(
     assert "Kafka" not in result.stderr
 
 
+@pytest.mark.slow
 def test_the_replay_summary_reports_what_the_judge_shed(tmp_path: Path) -> None:
     """A one-slot judge queue and a slow judge: traces replayed together are shed
     (queue_full), the rest judged; the summary counts both."""

@@ -426,6 +426,7 @@ def _env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_golden_run_command_scores_answers_with_the_configured_judge(tmp_path: Path) -> None:
     """`rag-monitor golden run` (a real process) reads the judge from the configuration."""
     judge = OpenAIServer()
@@ -489,6 +490,7 @@ def test_golden_run_command_scores_answers_with_the_configured_judge(tmp_path: P
         assert good.queries[0].unmeasured["answer_correctness"] == "no_judge"
 
 
+@pytest.mark.slow
 def test_example_golden_configuration_is_valid() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "monitor.cli", "check-config",

@@ -23,13 +23,11 @@ from monitor.golden.ranking import (
     DEFAULT_RELEVANCE_THRESHOLD,
     TREC_EVAL_RELEVANCE_THRESHOLD,
     LatencyPercentiles,
-    coverage_at_k,
     dcg,
     evaluate_query,
     evaluate_run,
     evaluated_queries,
     gain_of,
-    group_means,
     ideal_dcg,
     latency_percentiles,
     mean_over_queries,
@@ -276,32 +274,15 @@ def test_mean_over_queries_rejects_empty_and_ragged() -> None:
         mean_over_queries({"a": {"x": 1.0}, "b": {"y": 1.0}})
 
 
-def test_group_means() -> None:
-    per_query = {
-        "q1": {"m": 1.0},
-        "q2": {"m": 0.5},
-        "q3": {"m": 0.0},
-    }
-    groups = {"q1": "ja", "q2": "en", "q3": "ja", "q9": "ja"}
-    result = group_means(per_query, groups)
-    # ja: (1.0 + 0.0) / 2 = 0.5 over 2 queries; en: 0.5 over 1
-    assert list(result) == ["ja", "en"]
-    assert result["ja"].num_q == 2 and result["ja"].means["m"] == 0.5
-    assert result["en"].num_q == 1 and result["en"].means["m"] == 0.5
-    with pytest.raises(ValueError, match="q3"):
-        group_means(per_query, {"q1": "ja", "q2": "en"})
-
-
-def test_coverage_at_k() -> None:
+def test_success_at_k_averages_to_the_share_of_queries_with_a_hit() -> None:
     # default averaging over q1..q4 (threshold 2): success_1 is q1 only -> 1/4;
     # success_2 adds q2 (c at rank 2) -> 2/4
-    assert coverage_at_k(AVG_RUN, AVG_QRELS, 1) == pytest.approx(0.25)
-    assert coverage_at_k(AVG_RUN, AVG_QRELS, 2) == pytest.approx(0.5)
+    means = mean_over_queries(evaluate_run(AVG_RUN, AVG_QRELS, cutoffs=(1, 2))).means
+    assert means["success_1"] == pytest.approx(0.25)
+    assert means["success_2"] == pytest.approx(0.5)
     # skipping q4 (missing from the run): 2/3
-    assert coverage_at_k(AVG_RUN, AVG_QRELS, 2, missing_queries="skip") == pytest.approx(2 / 3)
-    # it is the mean of success_k
-    per_query = evaluate_run(AVG_RUN, AVG_QRELS, cutoffs=(2,))
-    assert mean_over_queries(per_query).means["success_2"] == pytest.approx(0.5)
+    skipped = evaluate_run(AVG_RUN, AVG_QRELS, cutoffs=(2,), missing_queries="skip")
+    assert mean_over_queries(skipped).means["success_2"] == pytest.approx(2 / 3)
 
 
 def test_result_coverage() -> None:

@@ -349,6 +349,7 @@ def test_existing_secret() -> None:
 # --- the daemon accepts what the chart gives it ---------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["defaults", "chart-secret", "resources-and-scale"])
 def test_rendered_config_passes_rag_monitor_check_config(name: str, tmp_path: Path) -> None:
     objs = objects(CASES[name])

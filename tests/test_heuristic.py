@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
@@ -18,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.evaluate.heuristic import HeuristicEvaluator, is_refusal_statement
-from monitor.models import Context, EvaluationResult, Score, Trace
+from monitor.models import Context, EvaluationResult, Score
 from tests.support.dev_data import dev_data_path
+from tests.support.traces import make_trace
 
 REPO = Path(__file__).resolve().parents[1]
 SCORE_KEYS = (
@@ -29,27 +29,6 @@ SCORE_KEYS = (
     "context_precision",
     "context_utilization",
 )
-
-
-def make_trace(
-    query: str,
-    contexts: list[str],
-    answer: str,
-    *,
-    ranks: bool = True,
-    language: str | None = None,
-) -> Trace:
-    return Trace(
-        trace_id="t-1",
-        timestamp=datetime(2025, 3, 1, 12, 0, tzinfo=UTC),
-        query=query,
-        contexts=[
-            Context(id=f"c{i}", text=text, rank=i if ranks else None)
-            for i, text in enumerate(contexts)
-        ],
-        answer=answer,
-        language=language,
-    )
 
 
 def value(result: EvaluationResult, key: str) -> float:

@@ -49,7 +49,7 @@ from tests.support.otelcol import CollectorUnavailable, Encoding, OtelCollector
 from tests.support.services import service_unavailable
 from tests.support.traces import RunningDaemon, scoring_settings, wait_for
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 # The answers the scripted model invents (the rest are grounded in the retrieved documents).
 INVENTED = {("kettle", 2), ("storage", 1), ("returns", 2)}

@@ -35,7 +35,7 @@ from monitor.evaluate.token_budget import TokenBudget
 from monitor.evaluate.token_usage import TokenTally
 from monitor.golden.dataset import GenerationCase
 from monitor.golden.judges import LLMAnswerJudge
-from monitor.models import Constraint, EvaluationResult, Trace
+from monitor.models import Constraint, EvaluationResult
 from monitor.store import Store
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
@@ -50,7 +50,16 @@ from tests.support.llama_servers import (
     installed,
 )
 from tests.support.services import service_unavailable
-from tests.support.traces import RunningDaemon, encode, native_trace, scoring_settings, wait_for
+from tests.support.traces import (
+    RunningDaemon,
+    encode,
+    native_trace,
+    scoring_settings,
+    trace_of,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow  # two real model servers, seconds per call
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 64  # small: the tiny model may repeat itself until the bound, and CPU time is short
@@ -141,10 +150,6 @@ def spent(exchanges: list[Exchange]) -> int:
     return sum(e.tokens for e in exchanges if e.status == 200)
 
 
-def trace(n: int, **overrides: Any) -> Trace:
-    return Trace.model_validate(native_trace(n, **overrides))
-
-
 LONG_CONTEXT = " ".join(
     f"Paragraph {i}: the branch office at street {i} keeps its own opening hours, which change "
     f"with the season and are posted at the door and on the website of the company."
@@ -163,7 +168,7 @@ async def test_trace_judge_calls_are_accepted_bounded_and_counted(servers: Serve
     config = JudgeConfig.model_validate(servers.judge_settings())
     judge = LLMJudge(config, JudgeMetrics(registry), budget=budget)
     try:
-        results = [await judge.evaluate(trace(1))]
+        results = [await judge.evaluate(trace_of(1))]
     finally:
         await judge.aclose()
     exchanges = servers.chat_proxy.chat()
@@ -206,7 +211,7 @@ async def test_a_prompt_longer_than_the_context_is_unmeasured_with_its_cause(
         servers.judge_settings(max_chars_per_chunk=100_000, circuit_failure_threshold=1)
     )
     judge = LLMJudge(config, JudgeMetrics(CollectorRegistry()))
-    long_trace = trace(3, contexts=[{"id": "long", "text": LONG_CONTEXT * 2}])
+    long_trace = trace_of(3, contexts=[{"id": "long", "text": LONG_CONTEXT * 2}])
     try:
         result = await judge.evaluate(long_trace)
         assert judge.client.circuit.state == "closed"
@@ -230,7 +235,7 @@ async def test_turn_judge_is_bounded_and_its_tokens_charged(servers: Servers) ->
     judge = LLMJudge(config, JudgeMetrics(CollectorRegistry()), budget=budget)
     constraints = [Constraint(id="k1", text="Answer in one sentence.")]
     try:
-        judgement = await judge.judge_turn(trace(4), constraints, [("Hi", "Hello.")])
+        judgement = await judge.judge_turn(trace_of(4), constraints, [("Hi", "Hello.")])
     finally:
         await judge.aclose()
     exchanges = servers.chat_proxy.chat("ragmon_turn")
@@ -288,7 +293,7 @@ async def test_embeddings_on_the_chat_server_are_unsupported_and_leave_chat_alon
         with pytest.raises(CallFailure) as failed:
             await judge.client.embed(["It opens at 9:00."], MODEL_ALIAS, TokenTally())
         assert judge.client.embeddings_circuit.state == "closed"
-        after = await judge.evaluate(trace(5))
+        after = await judge.evaluate(trace_of(5))
     finally:
         await judge.aclose()
     assert failed.value.reason == "judge_error"
@@ -358,13 +363,13 @@ def test_score_command_with_the_llm_judge(servers: Servers, tmp_path: Path) -> N
     assert judged["trace-000012"].scores["faithfulness"].reason == "context_too_long"
     exchanges = servers.chat_proxy.chat()
     assert_wire(exchanges)
-    not_turn = [e for e in exchanges if e.task != "ragmon_turn"]
     counted = sum(
         (r.tokens.input_tokens or 0) + (r.tokens.output_tokens or 0)
         for r in judged.values()
         if r.tokens
     )
-    assert counted == spent(not_turn)
+    # a result's tokens are every token spent judging its trace, the turn judge's included
+    assert counted == spent(exchanges)
 
 
 async def test_daemon_with_the_judge_over_kafka(

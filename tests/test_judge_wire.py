@@ -32,7 +32,8 @@ from monitor.golden.dataset import GenerationCase
 from monitor.golden.judges import LLMAnswerJudge
 from monitor.models import Constraint
 from tests.support.openai_server import OpenAIServer, Received, Reply
-from tests.test_llm_judge import API_KEY, FAITH, REL, make_config, sample, trace
+from tests.support.traces import judge_trace
+from tests.test_llm_judge import API_KEY, FAITH, REL, make_config, sample
 
 EMBEDDING_KEY = "sk-embeddings-only-key-4242"
 
@@ -81,8 +82,8 @@ def test_reply_budget_is_sized_from_the_schema_and_bounded() -> None:
 
 async def test_every_call_is_bounded_by_max_tokens(server: OpenAIServer, judges: Any) -> None:
     judge: LLMJudge = judges()
-    await judge.evaluate(trace(1))
-    await judge.judge_turn(trace(1), [Constraint(id="k1", text="answer in English")], [])
+    await judge.evaluate(judge_trace(1))
+    await judge.judge_turn(judge_trace(1), [Constraint(id="k1", text="answer in English")], [])
     bounds = {r.task: r.body.get("max_tokens") for r in server.requests}
     assert set(bounds) == {FAITH, REL, "ragmon_turn"}
     for task, bound in bounds.items():
@@ -90,7 +91,7 @@ async def test_every_call_is_bounded_by_max_tokens(server: OpenAIServer, judges:
 
     server.reset()
     fixed: LLMJudge = judges(max_tokens=300)
-    await fixed.evaluate(trace(2))
+    await fixed.evaluate(judge_trace(2))
     assert [r.body.get("max_tokens") for r in server.requests] == [300, 300]
 
 
@@ -123,11 +124,11 @@ async def test_max_completion_tokens_when_the_server_asks_for_it(
 
     server.script = script
     judge: LLMJudge = judges()
-    first = await judge.evaluate(trace(1))
+    first = await judge.evaluate(judge_trace(1))
     assert first.errors == []
     assert judge.client.token_parameter == "max_completion_tokens"
     server.reset()
-    await judge.evaluate(trace(2))
+    await judge.evaluate(judge_trace(2))
     assert all("max_completion_tokens" in r.body for r in server.requests)
     assert len(server.requests) == 2  # remembered: no rejected attempt any more
 
@@ -138,7 +139,7 @@ async def test_max_completion_tokens_when_the_server_asks_for_it(
 
 async def test_json_object_mode_carries_the_schema(server: OpenAIServer, judges: Any) -> None:
     judge: LLMJudge = judges(response_format="json_object")
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.errors == []
     for r in server.requests:
         fmt = r.body["response_format"]
@@ -161,7 +162,7 @@ async def test_response_format_rejected_with_500_falls_back_once_and_remembers(
 
     server.script = script
     judge: LLMJudge = judges(circuit_failure_threshold=1)
-    first = await judge.evaluate(trace(1))
+    first = await judge.evaluate(judge_trace(1))
     assert first.errors == []
     assert all(first.scores[m].measured for m in METRICS)
     formats = sorted(r.response_format or "" for r in server.requests)
@@ -170,7 +171,7 @@ async def test_response_format_rejected_with_500_falls_back_once_and_remembers(
     assert judge.client.response_mode == "json_object"
 
     server.reset()
-    await judge.evaluate(trace(2))
+    await judge.evaluate(judge_trace(2))
     assert [r.response_format for r in server.requests] == ["json_object", "json_object"]
     assert all("schema" in r.body["response_format"] for r in server.requests)
 
@@ -186,7 +187,7 @@ async def test_schema_in_json_object_refused_then_plain_json_object(
 
     server.script = script
     judge: LLMJudge = judges()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.errors == []
     assert judge.client.response_mode == "json_object_without_schema"
 
@@ -194,7 +195,7 @@ async def test_schema_in_json_object_refused_then_plain_json_object(
 async def test_json_schema_asked_for_is_not_stepped_down(server: OpenAIServer, judges: Any) -> None:
     server.reject_json_schema = True
     judge: LLMJudge = judges(response_format="json_schema")
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.scores["faithfulness"].reason == "judge_error"
     assert any("response_format" in e for e in result.errors)  # the server's words kept
     assert len(server.requests) == 2  # one call each, no fallback, no retry
@@ -207,7 +208,7 @@ async def test_other_400s_are_final_and_not_taken_for_a_format_refusal(
         _error(400, "temperature must be at most 2") if r.task == FAITH else None
     )
     judge: LLMJudge = judges()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert len(server.requests_for(FAITH)) == 1
     assert result.scores["faithfulness"].reason == "judge_error"
     assert any("temperature must be at most 2" in e for e in result.errors)
@@ -241,7 +242,7 @@ async def test_context_too_long_is_final_for_the_trace_with_its_cause(
 ) -> None:
     server.script = lambda r: _error(status, message, **fields) if r.task == FAITH else None
     judge: LLMJudge = judges(circuit_failure_threshold=1)
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert len(server.requests_for(FAITH)) == 1  # no retry, no response_format fallback
     assert result.scores["faithfulness"].reason == "context_too_long"
     assert any("context" in e and str(status) in e for e in result.errors)
@@ -325,12 +326,12 @@ async def test_traces_arriving_during_the_probe_wait_for_it(
     down = True
     server.script = lambda r: Reply.error(503) if down else Reply(delay=0.3)
     judge: LLMJudge = judges(circuit_failure_threshold=2, circuit_reset_seconds=0.2, max_retries=0)
-    await judge.evaluate(trace(1))
+    await judge.evaluate(judge_trace(1))
     assert judge.client.circuit.state == "open"
     down = False  # the server restarted
     await asyncio.sleep(0.25)
     assert not judge.circuit_open  # a probe may go: the scoring stage does not shed
-    results = await asyncio.gather(*(judge.evaluate(trace(n)) for n in range(2, 17)))
+    results = await asyncio.gather(*(judge.evaluate(judge_trace(n)) for n in range(2, 17)))
     assert [r.errors for r in results] == [[]] * 15
     assert all(r.scores[m].measured for r in results for m in METRICS)
     assert judge.client.circuit.state == "closed"
@@ -341,10 +342,10 @@ async def test_waiting_traces_fail_circuit_open_when_the_probe_fails(
 ) -> None:
     server.script = lambda r: Reply.error(503, delay=0.2)
     judge: LLMJudge = judges(circuit_failure_threshold=1, circuit_reset_seconds=0.2, max_retries=0)
-    await judge.evaluate(trace(1))
+    await judge.evaluate(judge_trace(1))
     await asyncio.sleep(0.25)
     seen = len(server.requests)
-    results = await asyncio.gather(*(judge.evaluate(trace(n)) for n in range(2, 6)))
+    results = await asyncio.gather(*(judge.evaluate(judge_trace(n)) for n in range(2, 6)))
     assert len(server.requests) == seen + 1  # only the probe went out
     reasons = sorted(r.scores["faithfulness"].reason or "" for r in results)
     assert reasons.count("circuit_open") >= 3
@@ -358,8 +359,8 @@ async def test_waiting_traces_fail_circuit_open_when_the_probe_fails(
 async def test_every_token_is_charged_to_the_budget(server: OpenAIServer, judges: Any) -> None:
     budget = TokenBudget(per_hour=10**9)
     judge: LLMJudge = judges(budget=budget)
-    result = await judge.evaluate(trace(1))
-    turn = await judge.judge_turn(trace(1), [Constraint(id="k1", text="be brief")], [])
+    result = await judge.evaluate(judge_trace(1))
+    turn = await judge.judge_turn(judge_trace(1), [Constraint(id="k1", text="be brief")], [])
     assert result.tokens is not None and turn.tokens is not None
     spent = sum(sum(r.usage.values()) for r in server.requests if r.usage)
     assert budget.used == spent
@@ -435,8 +436,8 @@ async def test_per_token_embeddings_are_mean_pooled_and_garbage_is_malformed(
 
 async def test_turn_tokens_charged_to_the_trace_result(server: OpenAIServer, judges: Any) -> None:
     judge: LLMJudge = judges()
-    result = await judge.evaluate(trace(1))
-    turn = await judge.judge_turn(trace(1), [Constraint(id="k1", text="be brief")], [])
+    result = await judge.evaluate(judge_trace(1))
+    turn = await judge.judge_turn(judge_trace(1), [Constraint(id="k1", text="be brief")], [])
     charged = turn.charged_to(result)
     assert result.tokens is not None and turn.tokens is not None and charged.tokens is not None
     spent = sum(sum(r.usage.values()) for r in server.requests if r.usage)

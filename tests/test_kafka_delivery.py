@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -12,21 +11,10 @@ from monitor.daemon import Daemon, SourceSpec
 from monitor.models import Trace
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import committed_offsets, create_topics, produce, read_all
+from tests.support.recorder import SlowRecorder
 from tests.support.traces import RunningDaemon, daemon_settings, encode, native_trace, wait_for
 
 pytestmark = pytest.mark.kafka
-
-
-class SlowRecorder:
-    """A processing stage that takes a little time and remembers every trace id it finished."""
-
-    def __init__(self, delay: tuple[float, float] = (0.0, 0.0)) -> None:
-        self.finished: list[str] = []
-        self._delay = delay
-
-    async def process(self, trace: Trace) -> None:
-        await asyncio.sleep(random.uniform(*self._delay))
-        self.finished.append(trace.trace_id)
 
 
 def _daemon(broker: KafkaBroker, prefix: str, stage: SlowRecorder, **kafka: object) -> Daemon:

@@ -9,8 +9,8 @@ from monitor.daemon import Daemon, SourceSpec
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
 from tests.support.otlp_spans import openinference_rag_spans, split_in_two
+from tests.support.recorder import SlowRecorder
 from tests.support.traces import RunningDaemon, daemon_settings, encode, native_trace, wait_for
-from tests.test_kafka_delivery import SlowRecorder
 
 pytestmark = pytest.mark.kafka
 

@@ -25,11 +25,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.judge_prompts import average_precision
 from monitor.evaluate.llm import METRICS, LLMJudge
-from monitor.models import Constraint, Trace
+from monitor.evaluate.precision import average_precision
+from monitor.models import Constraint
 from monitor.retry import parse_retry_after
 from tests.support.openai_server import OpenAIServer, Received, Reply
+from tests.support.traces import judge_trace
 
 API_KEY = "sk-test-very-secret-key-0123456789"
 HEADER_SECRET = "tenant-secret-value-9f8e7d"
@@ -81,31 +82,6 @@ async def judge_factory(
         await judge.aclose()
 
 
-def trace(n: int = 1, **overrides: Any) -> Trace:
-    data: dict[str, Any] = {
-        "trace_id": f"trace-{n}",
-        "timestamp": datetime(2026, 11, 1, 12, 0, tzinfo=UTC),
-        "agent": "support",
-        "conversation_id": f"conv-{n}",
-        "turn": 1,
-        "query": f"When does branch {n} open and close?",
-        "contexts": [
-            {"id": f"doc-{n}-a", "text": "IRRELEVANT: the car park has 40 spaces.", "rank": 1},
-            {
-                "id": f"doc-{n}-b",
-                "text": f"Branch {n} opens at 9:00. It closes at 17:00. IRRELEVANT: free coffee.",
-                "rank": 2,
-            },
-        ],
-        "answer": (
-            f"Branch {n} opens at 9:00. It closes at 17:00. "
-            "It also runs an UNSUPPORTED night service."
-        ),
-    }
-    data.update(overrides)
-    return Trace.model_validate(data)
-
-
 def sample(judge: LLMJudge, name: str, **labels: str) -> float:
     value = judge.metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
@@ -117,7 +93,7 @@ def sample(judge: LLMJudge, name: str, **labels: str) -> float:
 
 async def test_scores_and_statement_verdicts(server: OpenAIServer, judge_factory: Any) -> None:
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
 
     assert result.evaluator == "llm" and result.trace_id == "trace-1"
     assert result.agent == "support" and result.conversation_id == "conv-1"
@@ -173,7 +149,7 @@ async def test_unmeasured_without_contexts_or_answer(
     server: OpenAIServer, judge_factory: Any
 ) -> None:
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(2, contexts=[]))
+    result = await judge.evaluate(judge_trace(2, contexts=[]))
     assert len(server.requests) == 1 and server.requests[0].task == REL
     assert result.scores["faithfulness"].reason == "no_contexts"
     assert result.scores["context_precision"].reason == "no_contexts"
@@ -181,7 +157,7 @@ async def test_unmeasured_without_contexts_or_answer(
     assert result.scores["answer_relevancy"].value == 1.0
 
     server.reset()
-    result = await judge.evaluate(trace(3, answer="  "))
+    result = await judge.evaluate(judge_trace(3, answer="  "))
     assert [r.task for r in server.requests] == [REL]
     assert result.scores["faithfulness"].reason == "empty_answer"
     assert result.scores["answer_relevancy"].reason == "empty_answer"
@@ -189,7 +165,7 @@ async def test_unmeasured_without_contexts_or_answer(
     assert result.scores["context_relevancy"].value == pytest.approx(0.5)
 
     server.reset()
-    result = await judge.evaluate(trace(4, contexts=[], answer=""))
+    result = await judge.evaluate(judge_trace(4, contexts=[], answer=""))
     assert server.requests == []
     assert all(result.scores[m].value is None for m in METRICS)
 
@@ -201,14 +177,14 @@ async def test_documents_without_text_are_not_judged(
     rest is unmeasured with its own reason (judging the documents that have text would call a
     grounded answer invented)."""
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(6).model_copy(update={"contexts_without_text": 2}))
+    result = await judge.evaluate(judge_trace(6).model_copy(update={"contexts_without_text": 2}))
     assert [r.task for r in server.requests] == [REL]
     assert (server.requests[0].data or {})["contexts"] == [], "no document is shown"
     for metric in ("faithfulness", "context_precision", "context_relevancy"):
         assert result.scores[metric].reason == "contexts_without_text"
     assert result.scores["answer_relevancy"].value == 1.0
     server.reset()
-    plain = await judge.evaluate(trace(6))  # the same trace with its text: a cache miss
+    plain = await judge.evaluate(judge_trace(6))  # the same trace with its text: a cache miss
     assert FAITH in [r.task for r in server.requests]
     assert plain.scores["faithfulness"].measured
 
@@ -216,7 +192,7 @@ async def test_documents_without_text_are_not_judged(
 async def test_noncommittal_answer_and_no_claims(server: OpenAIServer, judge_factory: Any) -> None:
     server.script = lambda r: Reply(content={"statements": []}) if r.task == FAITH else None
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(5, answer="I don't know."))
+    result = await judge.evaluate(judge_trace(5, answer="I don't know."))
     assert result.scores["answer_relevancy"].value == 0.0  # non-committal, as ragas scores it
     assert result.scores["faithfulness"] == result.scores["faithfulness"].unmeasured("no_claims")
     assert result.statements == []
@@ -239,7 +215,7 @@ async def test_json_schema_rejected_falls_back_and_remembers(
 ) -> None:
     server.reject_json_schema = True
     judge: LLMJudge = judge_factory()
-    first = await judge.evaluate(trace(1))
+    first = await judge.evaluate(judge_trace(1))
     assert first.errors == []
     assert first.scores["faithfulness"].value == pytest.approx(2 / 3)
     modes = sorted(r.response_format or "" for r in server.requests)
@@ -251,7 +227,7 @@ async def test_json_schema_rejected_falls_back_and_remembers(
     assert judge.client.response_mode == "json_object"
 
     server.reset()
-    second = await judge.evaluate(trace(2))
+    second = await judge.evaluate(judge_trace(2))
     assert second.errors == []
     assert [r.response_format for r in server.requests] == ["json_object", "json_object"]
 
@@ -276,7 +252,7 @@ async def test_rate_limit_storm_honours_retry_after(
     server.script = _per_task({FAITH: [Reply.error(429, retry_after="0.2")] * 3})
     judge: LLMJudge = judge_factory(max_retries=4, backoff_max_seconds=1.0)
     started = time.monotonic()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     elapsed = time.monotonic() - started
 
     assert result.errors == []
@@ -298,7 +274,7 @@ async def test_rate_limited_past_retries_is_judge_error(
 ) -> None:
     server.script = lambda r: Reply.error(429, retry_after="0") if r.task == FAITH else None
     judge: LLMJudge = judge_factory(max_retries=2)
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.scores["faithfulness"] == result.scores["faithfulness"].unmeasured("judge_error")
     assert len(server.requests_for(FAITH)) == 3
     assert any("429" in e for e in result.errors)
@@ -311,7 +287,7 @@ async def test_retry_after_longer_than_the_cap_gives_up(
     server.script = _per_task({FAITH: [Reply.error(503, retry_after="120")]})
     judge: LLMJudge = judge_factory(backoff_max_seconds=1.0)
     started = time.monotonic()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert time.monotonic() - started < 1.0
     assert result.scores["faithfulness"].reason == "judge_error"
     assert len(server.requests_for(FAITH)) == 1
@@ -340,7 +316,7 @@ async def test_retry_after_http_date_is_honoured(server: OpenAIServer, judge_fac
 
     server.script = script
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.errors == []
     first, second = (r.at for r in server.requests_for(FAITH))
     assert 0.0 < second - first <= 1.3
@@ -351,7 +327,7 @@ async def test_server_errors_then_success(server: OpenAIServer, judge_factory: A
         {FAITH: [Reply.error(503), Reply.error(500)], REL: [Reply.error(502)]}
     )
     judge: LLMJudge = judge_factory(max_retries=3)
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.errors == []
     assert all(result.scores[m].measured for m in METRICS)
     assert len(server.requests_for(FAITH)) == 3
@@ -372,7 +348,7 @@ async def test_retries_are_counted_and_a_final_refusal_is_not_retried(
         }
     )
     judge: LLMJudge = judge_factory(max_retries=3)
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.scores["faithfulness"].measured
     assert result.scores["answer_relevancy"].reason == "judge_error"
     assert len(server.requests_for(FAITH)) == 3 and len(server.requests_for(REL)) == 1
@@ -383,7 +359,7 @@ async def test_retries_are_counted_and_a_final_refusal_is_not_retried(
 async def test_dropped_connection_is_retried(server: OpenAIServer, judge_factory: Any) -> None:
     server.script = _per_task({FAITH: [Reply(drop=True)]})
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.errors == []
     assert len(server.requests_for(FAITH)) == 2
 
@@ -392,7 +368,7 @@ async def test_slow_response_times_out_unmeasured(server: OpenAIServer, judge_fa
     server.script = lambda r: Reply(delay=1.5) if r.task == FAITH else None
     judge: LLMJudge = judge_factory(timeout_seconds=0.2, max_retries=1)
     started = time.monotonic()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert time.monotonic() - started < 1.2
     faith = result.scores["faithfulness"]
     assert faith.value is None and faith.reason == "judge_timeout"
@@ -421,7 +397,7 @@ async def test_malformed_output_retried_once_then_unmeasured(
 ) -> None:
     server.script = lambda r: bad if r.task == FAITH else None
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert len(server.requests_for(FAITH)) == 2
     assert result.scores["faithfulness"] == result.scores["faithfulness"].unmeasured(
         "malformed_output"
@@ -437,7 +413,7 @@ async def test_reply_cut_at_the_token_bound_is_not_retried(
     # Issue 17 changed this: at temperature 0 with the same max_tokens a retry is cut again.
     server.script = lambda r: Reply.truncated() if r.task == FAITH else None
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert len(server.requests_for(FAITH)) == 1
     assert result.scores["faithfulness"].reason == "malformed_output"
     assert any("finish_reason=length" in e for e in result.errors)
@@ -447,7 +423,7 @@ async def test_reply_cut_at_the_token_bound_is_not_retried(
 async def test_malformed_then_good_is_measured(server: OpenAIServer, judge_factory: Any) -> None:
     server.script = _per_task({FAITH: [Reply.malformed()], REL: [Reply.malformed("nope")]})
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.errors == []
     assert all(result.scores[m].measured for m in METRICS)
     assert len(server.requests) == 4
@@ -463,7 +439,7 @@ async def test_non_conforming_server_replies(server: OpenAIServer, judge_factory
 
     server.script = script
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     assert result.scores["faithfulness"].reason == "malformed_output"  # no choices at all
     assert result.scores["context_precision"].measured  # no usage, no finish_reason: fine
     assert result.tokens is None  # no response reported usage
@@ -480,7 +456,7 @@ async def test_relevance_reply_missing_a_context_is_malformed(
     }
     server.script = lambda r: Reply(content=partial) if r.task == REL else None
     judge: LLMJudge = judge_factory()
-    result = await judge.evaluate(trace(1))
+    result = await judge.evaluate(judge_trace(1))
     for m in ("answer_relevancy", "context_precision", "context_relevancy"):
         assert result.scores[m].reason == "malformed_output"
     assert result.scores["faithfulness"].measured
@@ -498,7 +474,7 @@ async def test_circuit_opens_stops_calls_and_recovers(
     judge: LLMJudge = judge_factory(
         circuit_failure_threshold=3, circuit_reset_seconds=0.3, max_retries=1
     )
-    first = await judge.evaluate(trace(1))
+    first = await judge.evaluate(judge_trace(1))
     assert all(first.scores[m].reason == "judge_error" for m in METRICS)
     assert judge.circuit_open
     assert sample(judge, "ragmon_judge_circuit_open", evaluator="llm", endpoint="chat") == 1
@@ -509,7 +485,7 @@ async def test_circuit_opens_stops_calls_and_recovers(
 
     for n in (2, 3, 4):
         started = time.monotonic()
-        result = await judge.evaluate(trace(n))
+        result = await judge.evaluate(judge_trace(n))
         assert time.monotonic() - started < 0.05
         assert all(result.scores[m] == result.scores[m].unmeasured("circuit_open") for m in METRICS)
         assert result.errors == ["circuit breaker open"]
@@ -517,7 +493,7 @@ async def test_circuit_opens_stops_calls_and_recovers(
 
     await asyncio.sleep(0.35)
     healthy = True
-    recovered = await judge.evaluate(trace(5))
+    recovered = await judge.evaluate(judge_trace(5))
     assert recovered.errors == []
     assert all(recovered.scores[m].measured for m in METRICS)
     assert judge.client.circuit.state == "closed"
@@ -530,11 +506,11 @@ async def test_failed_probe_reopens(server: OpenAIServer, judge_factory: Any) ->
     judge: LLMJudge = judge_factory(
         circuit_failure_threshold=2, circuit_reset_seconds=0.2, max_retries=0
     )
-    await judge.evaluate(trace(1))
+    await judge.evaluate(judge_trace(1))
     assert judge.client.circuit.state == "open"
     await asyncio.sleep(0.25)
     seen = len(server.requests)
-    result = await judge.evaluate(trace(2))
+    result = await judge.evaluate(judge_trace(2))
     assert len(server.requests) == seen + 1  # one probe; the second call waited for it and stopped
     assert judge.client.circuit.state == "open"
     assert result.scores["faithfulness"].reason == "judge_error"
@@ -545,16 +521,16 @@ async def test_endpoint_down_then_back(server: OpenAIServer, judge_factory: Any)
     judge: LLMJudge = judge_factory(
         circuit_failure_threshold=2, circuit_reset_seconds=0.3, max_retries=1
     )
-    assert (await judge.evaluate(trace(1))).errors == []
+    assert (await judge.evaluate(judge_trace(1))).errors == []
     await server.stop()  # connections are refused now
 
-    down = await judge.evaluate(trace(2))
+    down = await judge.evaluate(judge_trace(2))
     assert all(down.scores[m].reason == "judge_error" for m in METRICS)
     assert any("connection error" in e for e in down.errors)
     assert judge.circuit_open
     attempts = sample(judge, "ragmon_judge_requests_total", evaluator="llm", outcome="error")
     assert 2 <= attempts <= 4  # two first attempts; a retry may have left before it opened
-    blocked = await judge.evaluate(trace(3))
+    blocked = await judge.evaluate(judge_trace(3))
     assert blocked.scores["faithfulness"].reason == "circuit_open"
     assert (
         sample(judge, "ragmon_judge_requests_total", evaluator="llm", outcome="error") == attempts
@@ -563,7 +539,7 @@ async def test_endpoint_down_then_back(server: OpenAIServer, judge_factory: Any)
     await server.start()  # same port
     server.reset()
     await asyncio.sleep(0.35)
-    back = await judge.evaluate(trace(4))
+    back = await judge.evaluate(judge_trace(4))
     assert back.errors == []
     assert judge.client.circuit.state == "closed"
     assert len(server.requests) == 2
@@ -575,7 +551,7 @@ async def test_endpoint_down_then_back(server: OpenAIServer, judge_factory: Any)
 
 async def test_redaction_on_the_wire(server: OpenAIServer, judge_factory: Any) -> None:
     judge: LLMJudge = judge_factory()
-    pii = trace(
+    pii = judge_trace(
         1,
         query="My e-mail is taro.yamada@example.co.jp and my phone 090-1234-5678; when is it open?",
         contexts=[
@@ -615,7 +591,7 @@ async def test_prompt_injection_stays_inside_the_data_block(
     )
     judge: LLMJudge = judge_factory()
     await judge.evaluate(
-        trace(
+        judge_trace(
             1,
             contexts=[{"id": "evil", "text": f"Branch 1 opens at 9:00. {injection}"}],
             answer=f"Branch 1 opens at 9:00. {injection}",
@@ -644,7 +620,7 @@ async def test_japanese_trace_gets_japanese_prompts(
     server: OpenAIServer, judge_factory: Any
 ) -> None:
     judge: LLMJudge = judge_factory()
-    ja = trace(
+    ja = judge_trace(
         1,
         query="Pythonとは何ですか？",
         contexts=[
@@ -665,12 +641,12 @@ async def test_japanese_trace_gets_japanese_prompts(
     assert result.statements[0].evidence_context_id == "ja-1"
 
     server.reset()
-    tagged = trace(2, language="ja-JP")  # English text, but the trace says Japanese
+    tagged = judge_trace(2, language="ja-JP")  # English text, but the trace says Japanese
     await judge.evaluate(tagged)
     assert all("評価者" in r.system for r in server.requests)
 
     server.reset()
-    await judge.evaluate(trace(3))
+    await judge.evaluate(judge_trace(3))
     assert all(r.system.startswith("You are a strict") for r in server.requests)
 
 
@@ -684,7 +660,7 @@ async def test_chunks_limited_to_k_and_truncated(server: OpenAIServer, judge_fac
         }
         for i in range(5)
     ]
-    await judge.evaluate(trace(1, contexts=contexts))
+    await judge.evaluate(judge_trace(1, contexts=contexts))
     data = server.requests[0].data
     assert data is not None
     assert [c["id"] for c in data["contexts"]] == ["C1", "C2"]
@@ -699,9 +675,9 @@ async def test_chunks_limited_to_k_and_truncated(server: OpenAIServer, judge_fac
 
 async def test_cache_hit_on_repeated_trace(server: OpenAIServer, judge_factory: Any) -> None:
     judge: LLMJudge = judge_factory()
-    first = await judge.evaluate(trace(1))
+    first = await judge.evaluate(judge_trace(1))
     assert len(server.requests) == 2
-    repeat = trace(1, trace_id="trace-repeat", conversation_id="conv-other", turn=3)
+    repeat = judge_trace(1, trace_id="trace-repeat", conversation_id="conv-other", turn=3)
     second = await judge.evaluate(repeat)
     assert len(server.requests) == 2  # no new call
     assert second.trace_id == "trace-repeat" and second.conversation_id == "conv-other"
@@ -711,7 +687,7 @@ async def test_cache_hit_on_repeated_trace(server: OpenAIServer, judge_factory: 
     assert sample(judge, "ragmon_judge_cache_lookups_total", outcome="hit") == 1
     assert sample(judge, "ragmon_judge_cache_lookups_total", outcome="miss") == 1
 
-    await judge.evaluate(trace(1, answer="Branch 1 opens at 9:00."))  # different answer
+    await judge.evaluate(judge_trace(1, answer="Branch 1 opens at 9:00."))  # different answer
     assert len(server.requests) == 4
     assert sample(judge, "ragmon_judge_cache_lookups_total", outcome="miss") == 2
 
@@ -720,18 +696,18 @@ async def test_failed_evaluations_are_not_cached(server: OpenAIServer, judge_fac
     server.script = _per_task({FAITH: [Reply.error(400)]})
     judge: LLMJudge = judge_factory()
     judge.client.response_mode = "json_object"  # a plain 400, not a json_schema rejection
-    bad = await judge.evaluate(trace(1))
+    bad = await judge.evaluate(judge_trace(1))
     assert bad.scores["faithfulness"].reason == "judge_error"
-    good = await judge.evaluate(trace(1))
+    good = await judge.evaluate(judge_trace(1))
     assert good.errors == [] and good.scores["faithfulness"].measured
     assert len(server.requests) == 4
 
 
 async def test_cache_expires(server: OpenAIServer, judge_factory: Any) -> None:
     judge: LLMJudge = judge_factory(cache_ttl_seconds=0.1)
-    await judge.evaluate(trace(1))
+    await judge.evaluate(judge_trace(1))
     await asyncio.sleep(0.15)
-    await judge.evaluate(trace(1))
+    await judge.evaluate(judge_trace(1))
     assert len(server.requests) == 4
 
 
@@ -751,8 +727,8 @@ async def test_secrets_never_in_logs_or_results(
     )
     judge: LLMJudge = judge_factory()
     with structlog.testing.capture_logs() as events:
-        results = [await judge.evaluate(trace(1)), await judge.evaluate(trace(2))]
-        turn = await judge.judge_turn(trace(3), [Constraint(id="c1", text="be brief")], [])
+        results = [await judge.evaluate(judge_trace(1)), await judge.evaluate(judge_trace(2))]
+        turn = await judge.judge_turn(judge_trace(3), [Constraint(id="c1", text="be brief")], [])
     assert events, "expected the failures to be logged"
     logged = json.dumps(events, default=str) + caplog.text
     dumped = "".join(r.model_dump_json() for r in results) + turn.model_dump_json()
@@ -775,7 +751,7 @@ async def test_secrets_never_in_logs_or_results(
 
 async def test_judge_turn(server: OpenAIServer, judge_factory: Any) -> None:
     judge: LLMJudge = judge_factory()
-    t = trace(
+    t = judge_trace(
         1,
         turn=3,
         query="Keep it to at most 200 characters please, no jargon. WITHDRAW K2",
@@ -818,7 +794,9 @@ async def test_judge_turn(server: OpenAIServer, judge_factory: Any) -> None:
 async def test_judge_turn_failure_is_unmeasured(server: OpenAIServer, judge_factory: Any) -> None:
     server.script = lambda r: Reply.malformed()
     judge: LLMJudge = judge_factory()
-    out = await judge.judge_turn(trace(1), [Constraint(id="c1", text="Answer in French.")], [])
+    out = await judge.judge_turn(
+        judge_trace(1), [Constraint(id="c1", text="Answer in French.")], []
+    )
     assert out.unmeasured_reason == "malformed_output"
     assert [(v.constraint_id, v.status, v.reason) for v in out.verdicts] == [
         ("c1", "unmeasured", "malformed_output")
@@ -864,7 +842,7 @@ async def test_azure_openai_client(server: OpenAIServer) -> None:
     )
     judge = LLMJudge(config)
     try:
-        result = await judge.evaluate(trace(1))
+        result = await judge.evaluate(judge_trace(1))
     finally:
         await judge.aclose()
     assert result.errors == []
@@ -878,7 +856,7 @@ async def test_threaded_server_and_unprefixed_path() -> None:
         base = srv.url.removesuffix("/v1")  # the openai client then posts /chat/completions
         judge = LLMJudge(JudgeConfig(base_url=base, model="m"))
         try:
-            result = await judge.evaluate(trace(1))
+            result = await judge.evaluate(judge_trace(1))
         finally:
             await judge.aclose()
         assert result.errors == []
@@ -901,7 +879,7 @@ async def test_concurrency_is_bounded(server: OpenAIServer, judge_factory: Any) 
 
     server.script = slow
     judge: LLMJudge = judge_factory(max_concurrency=2, cache_max_entries=0)
-    results = await asyncio.gather(*(judge.evaluate(trace(n)) for n in range(1, 6)))
+    results = await asyncio.gather(*(judge.evaluate(judge_trace(n)) for n in range(1, 6)))
     assert all(r.errors == [] for r in results)
     assert peak == 2
     assert len(server.requests) == 10

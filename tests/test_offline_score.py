@@ -45,6 +45,7 @@ def _score(
     return result, rows
 
 
+@pytest.mark.slow
 def test_heuristic_scoring_writes_results_turns_and_a_summary(tmp_path: Path) -> None:
     result, rows = _score(tmp_path, "heuristic")
     assert result.returncode == 0, result.stderr
@@ -58,6 +59,7 @@ def test_heuristic_scoring_writes_results_turns_and_a_summary(tmp_path: Path) ->
     assert '"line": 7' in result.stderr, "the malformed line is reported with its number"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evaluator", ["llm"])
 def test_judge_scoring_judges_every_trace(tmp_path: Path, evaluator: str) -> None:
     server = OpenAIServer()
@@ -77,6 +79,7 @@ def test_judge_scoring_judges_every_trace(tmp_path: Path, evaluator: str) -> Non
     assert "sk-offline-test" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_judge_evaluator_needs_an_endpoint(tmp_path: Path) -> None:
     result, _ = _score(tmp_path, "llm")
     assert result.returncode != 0 and "RAGMON_JUDGE__BASE_URL" in result.stderr
@@ -87,6 +90,7 @@ def _judge_line(stdout: str) -> str:
     return line
 
 
+@pytest.mark.slow
 def test_the_summary_reports_traces_shed_for_load_by_reason(tmp_path: Path) -> None:
     """A token budget of one token: the first trace is judged, the budget is then spent, and
     the other five are shed (token_budget) -- the summary says so."""
@@ -110,6 +114,7 @@ def test_the_summary_reports_traces_shed_for_load_by_reason(tmp_path: Path) -> N
     assert result.stdout.startswith("scored 1 traces (1 rejected lines)")
 
 
+@pytest.mark.slow
 def test_the_summary_reports_traces_left_unjudged_by_reason(tmp_path: Path) -> None:
     """A judge endpoint that fails every call: each trace is left unjudged (judge_error)."""
     server = OpenAIServer(script=lambda received: Reply.error(500))

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk._logs import LoggerProvider
@@ -90,6 +91,7 @@ def test_otlp_lines_are_assembled_in_process_and_numbered_by_start(tmp_path: Pat
     assert letter["value_bytes"] < len(lines[0]) / 2
 
 
+@pytest.mark.slow
 def test_event_only_content_in_a_later_log_line_joins_its_spans(tmp_path: Path) -> None:
     """`run --source file:-` fed an `event_only` turn: its spans (complete, without content)
     first, released once settled and impossible to map on their own; then, seconds later, the

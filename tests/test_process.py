@@ -62,6 +62,7 @@ def test_file_source_replays_the_bundled_example_and_dead_letters_the_bad_line()
     assert "answer" in letters[0]["error"], "the error names the missing field"
 
 
+@pytest.mark.slow
 def test_file_source_reads_stdin_and_stores_a_result_per_trace(tmp_path: Path) -> None:
     lines = "\n".join(json.dumps(native_trace(i)) for i in range(5)) + "\n"
     database = tmp_path / "results.db"

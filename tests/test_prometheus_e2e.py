@@ -39,7 +39,7 @@ from tests.support.openai_server import OpenAIServer, Reply
 from tests.support.services import service_unavailable
 from tests.support.traces import RunningDaemon, encode, native_trace, wait_for
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 GRAFANA_VARIABLES = {

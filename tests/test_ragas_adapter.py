@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.models import Context, EvaluationResult, Trace
+from monitor.models import EvaluationResult, Trace
 from tests.support.openai_server import OpenAIServer, Received, Reply
 from tests.support.ragas_script import (
     IRRELEVANT,
@@ -37,6 +36,7 @@ from tests.support.ragas_script import (
     ragas_task,
 )
 from tests.support.services import service_unavailable
+from tests.support.traces import make_trace
 
 API_KEY = "sk-test-ragas-secret-0123456789abcdef"
 
@@ -44,26 +44,17 @@ API_KEY = "sk-test-ragas-secret-0123456789abcdef"
 # traces
 
 
-def trace(
-    trace_id: str,
-    query: str,
-    contexts: list[str],
-    answer: str,
-    *,
-    reference: str | None = None,
-    language: str | None = None,
-) -> Trace:
-    return Trace(
+def trace(trace_id: str, query: str, contexts: list[str], answer: str, **fields: Any) -> Trace:
+    """Turn 1 of its own conversation, answered by agent support-bot."""
+    return make_trace(
+        query,
+        contexts,
+        answer,
         trace_id=trace_id,
-        timestamp=datetime(2025, 5, 1, 12, 0, tzinfo=UTC),
         agent="support-bot",
         conversation_id=f"conv-{trace_id}",
         turn=1,
-        query=query,
-        contexts=[Context(id=f"{trace_id}-c{i}", text=t, rank=i) for i, t in enumerate(contexts)],
-        answer=answer,
-        reference=reference,
-        language=language,
+        **fields,
     )
 
 

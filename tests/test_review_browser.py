@@ -30,6 +30,8 @@ from monitor.store import Store
 from tests.support.services import service_unavailable
 from tests.test_review import TOKEN, WORST_CLAIMS, seed, serve_review
 
+pytestmark = pytest.mark.slow  # a real Chromium
+
 SCREENSHOT_ENV = "RAGMON_REVIEW_SCREENSHOT"
 CHROMIUM_FLAGS = (
     "--headless",

@@ -65,6 +65,7 @@ def test_promtool_check_rules() -> None:
     assert "SUCCESS" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda p: p.name)
 def test_promtool_unit_tests(unit_test: Path) -> None:
     result = subprocess.run(

@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluate.sampler import Sampler
 from monitor.models import Context, EvaluationResult, Score, Trace
-
-NOW = datetime(2026, 11, 26, tzinfo=UTC)
+from tests.support.traces import FIXED_TIME, make_trace
 
 
 def trace(conversation: str) -> Trace:
-    return Trace(
-        trace_id=f"t-{conversation}",
-        timestamp=NOW,
-        conversation_id=conversation,
-        query="q",
-        contexts=[Context(id="c", text="text")],
-        answer="a",
+    return make_trace(
+        "q", ["text"], "a", trace_id=f"t-{conversation}", conversation_id=conversation
     )
 
 
 def tier0(support: float = 0.9) -> EvaluationResult:
     return EvaluationResult(
         trace_id="t",
-        timestamp=NOW,
+        timestamp=FIXED_TIME,
         evaluator="heuristic",
         scores={"support": Score.of(support)},
     )

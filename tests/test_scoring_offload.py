@@ -4,7 +4,6 @@ other traces) keeps running; small traces stay inline. bench/loop_lag.py measure
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
@@ -13,8 +12,9 @@ from monitor.evaluate.heuristic import HeuristicEvaluator
 from monitor.evaluate.sampler import Sampler
 from monitor.export.metrics import AgentLabels
 from monitor.export.scoring_metrics import ScoringMetrics
-from monitor.models import Context, EvaluationResult, Trace
+from monitor.models import EvaluationResult, Trace
 from monitor.scoring import ScoringProcessor
+from tests.support.traces import make_trace
 
 
 class RecordingTier0:
@@ -33,12 +33,12 @@ class RecordingTier0:
 
 def trace(chars: int) -> Trace:
     text = "The plan costs 12 dollars a month. " * (chars // 35 + 1)
-    return Trace(
+    return make_trace(
+        "What does the plan cost?",
+        [text],
+        "The plan costs 12 dollars a month.",
         trace_id=f"t{chars}",
-        timestamp=datetime(2026, 11, 26, tzinfo=UTC),
-        query="What does the plan cost?",
-        contexts=[Context(id="c1", text=text)],
-        answer="The plan costs 12 dollars a month.",
+        ranks=False,
     )
 
 

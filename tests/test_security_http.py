@@ -55,6 +55,7 @@ def _refused(host: str, port: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("host", "other"), [("127.0.0.1", "127.0.0.2"), ("127.0.0.3", "127.0.0.1")]
 )

@@ -26,6 +26,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from monitor.store import MIGRATIONS, Store
 from tests.support.traces import encode, native_trace
 
+pytestmark = pytest.mark.slow  # rag-monitor processes started side by side
+
 REPLICAS = 2
 ROUNDS = 1
 

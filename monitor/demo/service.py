@@ -20,8 +20,6 @@ from aiohttp import web
 
 from monitor.evaluate.text import content_tokens, split_sentences
 
-MODES = ("A", "B", "E")
-
 
 @dataclass(frozen=True)
 class Document:

@@ -46,10 +46,6 @@ class CircuitBreaker:
     def state(self) -> CircuitState:
         return self._state
 
-    @property
-    def consecutive_failures(self) -> int:
-        return self._failures
-
     def _set(self, state: CircuitState) -> None:
         if state != self._state:
             self._state = state

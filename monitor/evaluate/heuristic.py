@@ -17,6 +17,7 @@ from monitor.evaluate.grounding import (
     load_model,
     token_overlap,
 )
+from monitor.evaluate.precision import average_precision
 from monitor.evaluate.support import (
     ContextIndex,
     StatementSupport,
@@ -135,16 +136,6 @@ class Statement:
 def _model_language(answer: str) -> str:
     """Which of the grounding model's languages scores this answer."""
     return "ja" if detect_language(answer) == "ja" else "en"
-
-
-def _avg_precision(useful: list[bool]) -> float:
-    """Average precision of the ranking: mean of precision@k over the useful positions k."""
-    hits, total = 0, 0.0
-    for k, u in enumerate(useful, start=1):
-        if u:
-            hits += 1
-            total += hits / k
-    return total / hits if hits else 0.0
 
 
 def _ordered(trace: Trace) -> list[tuple[str, str]]:
@@ -319,7 +310,7 @@ class HeuristicEvaluator:
             features = self._features(checkable, contexts)
             scores["support"] = Score.of(self.model.support(_model_language(answer), features))
             useful = self._useful_chunks(checkable, index)
-            scores["context_precision"] = Score.of(_avg_precision(useful))
+            scores["context_precision"] = Score.of(average_precision(useful))
             scores["context_utilization"] = Score.of(sum(useful) / len(useful))
             if any(s.support and s.support.unsupported_entities for s in checkable):
                 flags.append("unsupported_entities")
@@ -332,14 +323,10 @@ class HeuristicEvaluator:
             if any(term in folded for term in self._forbidden):
                 flags.append("must_not_contain")
 
-        return EvaluationResult(
-            trace_id=trace.trace_id,
-            conversation_id=trace.conversation_id,
-            turn=trace.turn,
-            agent=trace.agent,
-            timestamp=trace.timestamp,
-            evaluator=self.name,
-            scores=scores,
+        return EvaluationResult.of_trace(
+            trace,
+            self.name,
+            scores,
             statements=verdicts,
             flags=flags,
             latency_ms=(time.perf_counter() - started) * 1000.0,

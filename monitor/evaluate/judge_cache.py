@@ -63,6 +63,3 @@ class TTLCache(Generic[V]):
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        self._entries.clear()

@@ -673,16 +673,6 @@ def parse_relevance(data: object, inp: JudgeInput) -> RelevanceVerdicts:
     )
 
 
-def average_precision(useful: tuple[bool, ...] | list[bool]) -> float:
-    """Rank-weighted context precision: mean of precision@k over the useful positions k."""
-    hits, total = 0, 0.0
-    for k, u in enumerate(useful, start=1):
-        if u:
-            hits += 1
-            total += hits / k
-    return total / hits if hits else 0.0
-
-
 @dataclass(frozen=True)
 class NewConstraint:
     text: str

@@ -57,7 +57,6 @@ from monitor.evaluate.judge_prompts import (
     ParsedTurn,
     RelevanceVerdicts,
     TurnInput,
-    average_precision,
     faithfulness_prompt,
     parse_faithfulness,
     parse_relevance,
@@ -65,6 +64,7 @@ from monitor.evaluate.judge_prompts import (
     relevance_prompt,
     turn_prompt,
 )
+from monitor.evaluate.precision import average_precision
 from monitor.evaluate.redaction import Redactor
 from monitor.evaluate.token_budget import TokenBudget
 from monitor.evaluate.token_usage import TokenTally
@@ -327,14 +327,10 @@ class LLMJudge:
     ) -> EvaluationResult:
         for m in METRICS:  # every metric present, measured or with a reason
             scores.setdefault(m, Score.unmeasured("judge_error"))
-        return EvaluationResult(
-            trace_id=trace.trace_id,
-            conversation_id=trace.conversation_id,
-            turn=trace.turn,
-            agent=trace.agent,
-            timestamp=trace.timestamp,
-            evaluator=self.name,
-            scores={m: scores[m] for m in METRICS},
+        return EvaluationResult.of_trace(
+            trace,
+            self.name,
+            {m: scores[m] for m in METRICS},
             statements=statements,
             judge_model=self.config.model,
             tokens=tokens,

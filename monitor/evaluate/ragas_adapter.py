@@ -514,14 +514,10 @@ class RagasEvaluator:
         tally: TokenTally,
         started: float,
     ) -> EvaluationResult:
-        return EvaluationResult(
-            trace_id=trace.trace_id,
-            conversation_id=trace.conversation_id,
-            turn=trace.turn,
-            agent=trace.agent,
-            timestamp=trace.timestamp,
-            evaluator=self.name,
-            scores={m: scores.get(m, Score.unmeasured("judge_error")) for m in wanted},
+        return EvaluationResult.of_trace(
+            trace,
+            self.name,
+            {m: scores.get(m, Score.unmeasured("judge_error")) for m in wanted},
             statements=statements,
             judge_model=self.config.model,
             tokens=tally.usage(),

@@ -15,6 +15,7 @@ that succeeded.
 from __future__ import annotations
 
 import math
+import statistics
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -203,13 +204,6 @@ def _judge_gap(
 # --------------------------------------------------------------------------- per mode
 
 
-def _mean(values: Sequence[float | None]) -> tuple[float | None, int]:
-    present = [v for v in values if v is not None]
-    if not present:
-        return None, 0
-    return math.fsum(present) / len(present), len(present)
-
-
 def mean_metrics(
     queries: Sequence[QueryResult],
 ) -> tuple[dict[str, float | None], dict[str, int]]:
@@ -220,7 +214,8 @@ def mean_metrics(
     means: dict[str, float | None] = {}
     counts: dict[str, int] = {}
     for name in names:
-        means[name], counts[name] = _mean([q.metrics.get(name) for q in queries])
+        present = [v for q in queries if (v := q.metrics.get(name)) is not None]
+        means[name], counts[name] = (statistics.fmean(present) if present else None), len(present)
     return means, counts
 
 
@@ -244,7 +239,7 @@ def length_correlation(queries: Sequence[QueryResult], metric: str) -> LengthCor
 def latency_summary(queries: Sequence[QueryResult]) -> LatencySummary:
     latencies = [q.latency_ms for q in queries if q.latency_ms is not None]
     result = ranking.latency_percentiles(latencies)
-    mean = math.fsum(latencies) / len(latencies) if latencies else None
+    mean = statistics.fmean(latencies) if latencies else None
     return LatencySummary(
         n=result.n, p50_ms=result.p50, p95_ms=result.p95, p99_ms=result.p99, mean_ms=mean
     )
@@ -307,7 +302,7 @@ def summarise_mode(
         coverage = ranking.result_coverage(run, [q.query_id for q in queries]) if queries else None
     else:
         answered = [1.0 if q.answer else 0.0 for q in queries]
-        coverage = math.fsum(answered) / len(answered) if answered else None
+        coverage = statistics.fmean(answered) if answered else None
     latency = latency_summary(queries)
     metrics = dict(means)
     metrics["coverage"] = coverage
@@ -402,8 +397,8 @@ def compare_modes(
                 baseline=baseline.label,
                 candidate=candidate.label,
                 n=n,
-                baseline_mean=math.fsum(base_values) / n if n else None,
-                candidate_mean=math.fsum(cand_values) / n if n else None,
+                baseline_mean=statistics.fmean(base_values) if n else None,
+                candidate_mean=statistics.fmean(cand_values) if n else None,
                 mean_diff=paired.t_test.mean_diff,
                 t_statistic=paired.t_test.t_statistic,
                 p_value=paired.t_test.p_value,

@@ -14,7 +14,7 @@ Relevance for binary measures
     ``2`` (``DEFAULT_RELEVANCE_THRESHOLD``: Recall@K counts "Highly Relevant" and above);
     trec_eval's default is ``1`` (``TREC_EVAL_RELEVANCE_THRESHOLD``) and ``trec_eval -l2``
     corresponds to ``relevance_threshold=2``. The threshold applies to reciprocal rank,
-    precision, recall, success and coverage, never to nDCG, which uses the grades themselves.
+    precision, recall and success, never to nDCG, which uses the grades themselves.
 
 Gain for nDCG
     ``"exponential"`` (default): ``2**grade - 1``. ``"linear"`` (trec_eval's ``ndcg``
@@ -406,57 +406,6 @@ def mean_over_queries(per_query: Mapping[str, Mapping[str, float]]) -> MeanMetri
             sums[name] += float(values[name])
     count = len(rows)
     return MeanMetrics(num_q=count, means={name: sums[name] / count for name in names})
-
-
-def group_means(
-    per_query: Mapping[str, Mapping[str, float]], groups: Mapping[str, str]
-) -> dict[str, MeanMetrics]:
-    """Means per group: ``groups`` maps qid -> label (a category, a language, a difficulty).
-
-    Groups appear in the order their first query appears in ``per_query``. Every evaluated query
-    must have a label; a ``ValueError`` names those that do not.
-    """
-    missing = [qid for qid in per_query if qid not in groups]
-    if missing:
-        raise ValueError(f"queries without a group label: {missing!r}")
-    members: dict[str, dict[str, Mapping[str, float]]] = {}
-    for qid, values in per_query.items():
-        members.setdefault(groups[qid], {})[qid] = values
-    return {label: mean_over_queries(rows) for label, rows in members.items()}
-
-
-def coverage_at_k(
-    run: Mapping[str, Sequence[str]],
-    qrels: Mapping[str, Mapping[str, int]],
-    k: int,
-    *,
-    relevance_threshold: int = DEFAULT_RELEVANCE_THRESHOLD,
-    missing_queries: MissingQueries = "zero",
-    no_relevant: NoRelevant = "zero",
-) -> float:
-    """Fraction of the evaluated queries with at least one relevant document in the top ``k``.
-
-    Numerator: evaluated queries whose top ``k`` holds a document with ``grade >=
-    relevance_threshold``. Denominator: the queries chosen by :func:`evaluated_queries` with the
-    same ``missing_queries``/``no_relevant`` rules (so it equals the mean of ``success_k``).
-    Note that the report's "Coverage" is a different quantity -- the share of queries for which
-    the search returns anything at all; that one is :func:`result_coverage`.
-    """
-    _check_k(k)
-    selected = evaluated_queries(
-        run,
-        qrels,
-        relevance_threshold=relevance_threshold,
-        missing_queries=missing_queries,
-        no_relevant=no_relevant,
-    )
-    if not selected:
-        raise ValueError("no queries to evaluate")
-    hits = sum(
-        success_at_k(run.get(qid, ()), qrels[qid], k, relevance_threshold=relevance_threshold)
-        for qid in selected
-    )
-    return hits / len(selected)
 
 
 def result_coverage(run: Mapping[str, Sequence[str]], query_ids: Iterable[str]) -> float:

@@ -29,7 +29,7 @@ DEFAULT_ALPHA: Final = 0.05
 DEFAULT_MIN_EFFECT: Final = 0.3
 
 _RELATIVE_ZERO: Final = 1e-12
-_BOOTSTRAP_CHUNK: Final = 1_000_000  # max indices drawn at once (memory bound)
+_BOOTSTRAP_CHUNK: Final = 1_000_000  # max query indices drawn at once (memory bound)
 
 
 def _pairs(baseline: Sequence[float], candidate: Sequence[float]) -> npt.NDArray[np.float64]:
@@ -199,14 +199,15 @@ def paired_bootstrap_ci(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> BootstrapCI:
-    """Paired bootstrap CI of ``mean(candidate - baseline)``.
+    """Paired bootstrap CI of ``mean(candidate - baseline)``: ``scipy.stats.bootstrap``'s
+    percentile interval of the mean of the differences.
 
-    Each resample draws ``n`` query indices with replacement (``numpy.random.default_rng(seed)
-    .integers``) and takes the mean of those differences; the interval is the
-    ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of the resampled means
-    (``numpy.quantile``, linear interpolation). The same seed and inputs give the same
-    interval. Zero variance is not degenerate here: the interval collapses to the mean.
-    Fewer than two pairs give ``None`` bounds with a reason.
+    Each resample draws ``n`` query indices with replacement (from
+    ``numpy.random.default_rng(seed)``) and takes the mean of those differences; the interval is
+    the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of the resampled means
+    (linear interpolation). The same seed and inputs give the same interval. Zero variance is
+    not degenerate here: the interval collapses to the mean. Fewer than two pairs give ``None``
+    bounds with a reason.
     """
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
@@ -219,16 +220,19 @@ def paired_bootstrap_ci(
         return BootstrapCI(
             n, mean_diff, None, None, confidence, n_resamples, seed, "need at least 2 pairs"
         )
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_resamples, dtype=np.float64)
-    rows_per_chunk = max(1, _BOOTSTRAP_CHUNK // n)
-    for start in range(0, n_resamples, rows_per_chunk):
-        stop = min(n_resamples, start + rows_per_chunk)
-        indices = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = diffs[indices].mean(axis=1)
-    tail = (1.0 - confidence) / 2.0
-    lower, upper = np.quantile(means, [tail, 1.0 - tail], method="linear")
-    return BootstrapCI(n, mean_diff, float(lower), float(upper), confidence, n_resamples, seed)
+    interval = _scipy_stats.bootstrap(
+        (diffs,),
+        np.mean,
+        n_resamples=n_resamples,
+        batch=max(1, _BOOTSTRAP_CHUNK // n),  # resamples drawn at once (memory bound)
+        vectorized=True,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return BootstrapCI(
+        n, mean_diff, float(interval.low), float(interval.high), confidence, n_resamples, seed
+    )
 
 
 # --------------------------------------------------------------------------- correlation

@@ -92,11 +92,7 @@ class KafkaSource:
         self._skip_finished = skip_finished
         self._replay = ReplayFilter()
         self._last_commit_at = time.monotonic()
-        self.last_fetch_ok: float | None = None
         self._lag_labels: set[tuple[str, str]] = set()
-
-    def producer_kwargs(self) -> dict[str, Any]:
-        return producer_kwargs(self._config)
 
     async def start(self) -> None:
         self._consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
@@ -139,7 +135,6 @@ class KafkaSource:
         batches = await self._consumer.getmany(
             timeout_ms=timeout_ms, max_records=self._config.fetch_max_records
         )
-        self.last_fetch_ok = time.monotonic()
         messages: list[RawMessage] = []
         for tp, records in batches.items():
             for rec in records:

@@ -9,11 +9,14 @@ from monitor.models import Trace
 MAX_DETAIL_CHARS = 1000
 
 
-class DecodeError(Exception):
-    """A message that cannot become a trace.
+class DecodeError(ValueError):
+    """A message that cannot become a trace: native JSON that fails the contract, or bytes
+    that are not a decodable OTLP export (`monitor.source.otlp` raises it as `OtlpDecodeError`).
 
-    `reason` is a short, bounded label value (it becomes a metric label and a DLQ header);
-    `detail` says what was wrong without echoing the message's content.
+    `reason` is a short, bounded label value (it becomes a metric label and a DLQ header):
+    empty_message, too_large, invalid_utf8, invalid_json, schema_violation, ... and for OTLP
+    invalid_protobuf or invalid_id. `detail` says what was wrong without echoing the message's
+    content.
     """
 
     def __init__(self, reason: str, detail: str) -> None:

@@ -122,9 +122,6 @@ class OffsetTracker:
         for tp in partitions:
             self._partitions.pop(tp, None)
 
-    def partitions(self) -> set[TopicPartition]:
-        return set(self._partitions)
-
 
 METADATA_PREFIX = "unfinished:"
 MAX_METADATA_CHARS = 3000  # brokers keep up to offset.metadata.max.bytes (4096 by default)

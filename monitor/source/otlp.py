@@ -26,7 +26,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from monitor.source.otlp_mapping import MAX_DETAIL_CHARS, OtlpMappingError, spans_to_trace
+from monitor.source.native import DecodeError
+from monitor.source.otlp_mapping import OtlpMappingError, spans_to_trace
 
 __all__ = [
     "OtlpDecodeError",
@@ -46,18 +47,10 @@ SPAN_ID_BYTES = 8
 _OTLP_JSON_START = re.compile(rb'\s*\{\s*"(?:resourceSpans|resource_spans)"')
 
 
-class OtlpDecodeError(ValueError):
-    """A message that is not a decodable OTLP trace export.
-
-    `reason` is a short, bounded label (fit for a metric label and a dead-letter header):
-    empty_message, invalid_utf8, invalid_json, invalid_protobuf, invalid_id or schema_violation.
-    `detail` says what was wrong without echoing the message's content.
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        self.detail = detail[:MAX_DETAIL_CHARS]
-        super().__init__(f"{reason}: {self.detail}")
+OtlpDecodeError = DecodeError
+"""A message that is not a decodable OTLP trace export: the decoders' one error, by the name
+the OTLP modules use (reasons empty_message, invalid_utf8, invalid_json, invalid_protobuf,
+invalid_id or schema_violation)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from monitor.models import DEFAULT_AGENT, Context, Trace, Usage
+from monitor.source.native import MAX_DETAIL_CHARS
 from monitor.source.otlp_conventions import (
     AGENT_NAME,
     CONVERSATION_ID,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:  # otlp.py imports this module; SpanRecord is only needed for 
 
 __all__ = ["OtlpMappingError", "spans_to_trace"]
 
-MAX_DETAIL_CHARS = 1000
 MAX_INSTRUCTIONS_CHARS = 4000
 SPAN_KIND_CLIENT = 3  # OTLP SpanKind CLIENT: a call to another service
 

@@ -92,8 +92,3 @@ def retriever(plan: dict[str, Any]) -> Callable[[str], list[Document]]:
 
 def format_context(documents: list[Document]) -> str:
     return "\n\n".join(f"[{d.id}] {d.text}" for d in documents)
-
-
-def rendered_prompt(question: str, documents: list[Document]) -> str:
-    """Context and question in one user message, as many RAG templates do."""
-    return f"Context:\n{format_context(documents)}\n\nQuestion: {question}"

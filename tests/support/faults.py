@@ -280,7 +280,6 @@ class SteadyProducer:
         self.acked: set[str] = set()
         self.acked_count = 0
         self.failures = 0
-        self._burst = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="steady-producer", daemon=True)
@@ -299,11 +298,6 @@ class SteadyProducer:
     def set_rate(self, rate: float) -> None:
         with self._lock:
             self.rate = rate
-
-    def burst(self, count: int) -> None:
-        """Produce `count` extra messages as fast as the broker takes them."""
-        with self._lock:
-            self._burst += count
 
     @property
     def produced(self) -> int:
@@ -333,9 +327,8 @@ class SteadyProducer:
                 now = time.monotonic()
                 with self._lock:
                     budget += (now - last) * self.rate
-                    extra, self._burst = self._burst, 0
                 last = now
-                due = int(budget) + extra
+                due = int(budget)
                 budget -= int(budget)
                 for _ in range(due):
                     if self.limit is not None and self.next >= self.limit:

@@ -320,10 +320,6 @@ class KafkaBroker:
     def sasl_password(self) -> str:
         return SASL_PASSWORD
 
-    def client_kwargs(self) -> dict[str, Any]:
-        """aiokafka client keyword arguments for the PLAINTEXT listener."""
-        return {"bootstrap_servers": self.bootstrap}
-
     def sasl_ssl_client_kwargs(self) -> dict[str, Any]:
         """aiokafka client keyword arguments for the SASL_SSL listener, with valid credentials."""
         return {
@@ -442,9 +438,6 @@ class KafkaBroker:
             timeout,
         )
 
-    def delete_topic(self, name: str, *, timeout: float = 30.0) -> None:
-        _run_async(lambda: self._delete_topic(name, int(timeout * 1000)), timeout)
-
     def list_topics(self, *, timeout: float = 30.0) -> list[str]:
         return _run_async(self._list_topics, timeout)
 
@@ -483,17 +476,6 @@ class KafkaBroker:
                 ):
                     return
                 await asyncio.sleep(0.1)
-        finally:
-            await admin.close()
-
-    async def _delete_topic(self, name: str, timeout_ms: int) -> None:
-        admin = self._admin()
-        await admin.start()
-        try:
-            response = await admin.delete_topics([name], timeout_ms=timeout_ms)
-            for topic, code, *_ in response.topic_error_codes:
-                if code != 0:
-                    raise for_code(code)(f"deleting topic {topic!r}")
         finally:
             await admin.close()
 

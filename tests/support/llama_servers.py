@@ -20,13 +20,11 @@ and on the bookkeeping, never on the quality of a verdict.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +33,8 @@ from typing import Any, Literal
 
 import httpx
 from aiohttp import ClientSession, ClientTimeout, web
+
+from tests.support.loop_thread import LoopThread
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / ".cache" / "llama" / "servers.json"
@@ -239,8 +239,7 @@ class RecordingProxy:
         self.upstream = upstream.rstrip("/")
         self.exchanges: list[Exchange] = []
         self.port: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._in_thread: LoopThread | None = None
         self._runner: web.AppRunner | None = None
         self._session: ClientSession | None = None
 
@@ -296,22 +295,16 @@ class RecordingProxy:
             await self._session.close()
 
     def start(self) -> RecordingProxy:
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="llama-proxy", daemon=True)
-        thread.start()
-        self._loop, self._thread = loop, thread
-        asyncio.run_coroutine_threadsafe(self._start(), loop).result(timeout=10)
+        self._in_thread = LoopThread("llama-proxy")
+        self._in_thread.run(self._start())
         return self
 
     def stop(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        in_thread, self._in_thread = self._in_thread, None
+        if in_thread is None:
             return
-        asyncio.run_coroutine_threadsafe(self._stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-        self._loop = self._thread = None
+        in_thread.run(self._stop())
+        in_thread.close()
 
     def __enter__(self) -> RecordingProxy:
         return self.start()

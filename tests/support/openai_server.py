@@ -58,6 +58,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.loop_thread import LoopThread
+
 TASKS = ("ragmon_faithfulness", "ragmon_relevance", "ragmon_turn", "ragmon_reference")
 _DATA_RE = re.compile(r"<data>\n?(.*?)\n?</data>", re.S)
 _SENTENCE_RE = re.compile("(?<=[.!?])\\s+|(?<=[\u3002\uff01\uff1f])\\s*")
@@ -245,8 +247,7 @@ class OpenAIServer:
         self.port: int | None = None
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._in_thread: LoopThread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -305,21 +306,15 @@ class OpenAIServer:
 
     def start_in_thread(self, port: int | None = None) -> str:
         """Run the server on its own event loop in a daemon thread; returns the URL."""
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="openai-test-server", daemon=True)
-        thread.start()
-        self._loop, self._thread = loop, thread
-        return asyncio.run_coroutine_threadsafe(self.start(port), loop).result(timeout=10)
+        self._in_thread = LoopThread("openai-test-server")
+        return self._in_thread.run(self.start(port))
 
     def stop_in_thread(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        in_thread, self._in_thread = self._in_thread, None
+        if in_thread is None:
             return
-        asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-        self._loop = self._thread = None
+        in_thread.run(self.stop())
+        in_thread.close()
 
     def __enter__(self) -> OpenAIServer:
         self.start_in_thread()

@@ -3,7 +3,7 @@
 Put it between a client and a server (the daemon and the Kafka broker, the daemon and the judge
 endpoint) and turn the connection bad on purpose:
 
-- ``pass_through()`` (the initial mode): bytes flow both ways.
+- passing (the initial mode): bytes flow both ways.
 - ``stall()``: nothing is forwarded any more, in either direction, on open or new connections.
   Sockets stay open and what arrives is held, like a network path that black-holes packets;
   ``resume()`` delivers what was held and carries on.
@@ -16,8 +16,8 @@ after the proxy started: connections made before that are reset.
 
 Async use: ``await proxy.start()`` / ``await proxy.stop()`` on the caller's loop. Tests that
 block (subprocess daemons, ``urllib``) use ``proxy.start_in_thread()`` / ``stop_in_thread()``:
-the proxy then runs on its own loop in a daemon thread, and ``stall``, ``cut``, ``resume`` and
-``pass_through`` may be called from any thread.
+the proxy then runs on its own loop in a daemon thread, and ``stall``, ``cut`` and ``resume``
+may be called from any thread.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import threading
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
+
+from tests.support.loop_thread import LoopThread
 
 Mode = Literal["pass", "stall", "cut"]
 CHUNK = 65536
@@ -63,7 +65,7 @@ class TcpProxy:
         self._flowing: asyncio.Event | None = None
         self._links: set[_Link] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._in_thread: LoopThread | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -97,21 +99,15 @@ class TcpProxy:
                 await asyncio.wait_for(server.wait_closed(), 2)
 
     def start_in_thread(self) -> int:
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=loop.run_forever, name="tcp-proxy", daemon=True)
-        thread.start()
-        self._thread = thread
-        return asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout=10)
+        self._in_thread = LoopThread("tcp-proxy")
+        return self._in_thread.run(self.start())
 
     def stop_in_thread(self) -> None:
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        in_thread, self._in_thread = self._in_thread, None
+        if in_thread is None:
             return
-        asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-        self._thread = None
+        in_thread.run(self.stop())
+        in_thread.close()
 
     async def __aenter__(self) -> TcpProxy:
         await self.start()
@@ -139,9 +135,6 @@ class TcpProxy:
 
     # -------------------------------------------------------------------------------- control
 
-    def pass_through(self) -> None:
-        self._control("pass")
-
     def resume(self) -> None:
         self._control("pass")
 
@@ -150,10 +143,6 @@ class TcpProxy:
 
     def cut(self) -> None:
         self._control("cut")
-
-    @property
-    def open_connections(self) -> int:
-        return len(self._links)
 
     def _control(self, mode: Mode) -> None:
         loop = self._loop

@@ -1,4 +1,5 @@
-"""Builders for native traces and helpers to drive a daemon in-process during a test."""
+"""Builders for traces (native JSON dicts and `Trace` models) and helpers to drive a daemon
+in-process during a test."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from monitor.config import Settings
 from monitor.daemon import Daemon
+from monitor.models import Context, Trace
+
+FIXED_TIME = datetime(2026, 11, 26, tzinfo=UTC)
 
 
 def native_trace(n: int, **overrides: Any) -> dict[str, Any]:
@@ -37,6 +41,63 @@ def native_trace(n: int, **overrides: Any) -> dict[str, Any]:
     }
     trace.update(overrides)
     return trace
+
+
+def trace_of(n: int, **overrides: Any) -> Trace:
+    """:func:`native_trace` as a validated `Trace`."""
+    return Trace.model_validate(native_trace(n, **overrides))
+
+
+def make_trace(
+    query: str,
+    contexts: Sequence[str],
+    answer: str,
+    *,
+    trace_id: str = "t-1",
+    ranks: bool = True,
+    **fields: Any,
+) -> Trace:
+    """A `Trace` from plain texts: the contexts get ids c0, c1, ... and ranks 0, 1, ... (none
+    with `ranks=False`); `fields` set any other field (agent, conversation_id, turn, language,
+    reference, timestamp; FIXED_TIME by default)."""
+    return Trace(
+        trace_id=trace_id,
+        query=query,
+        contexts=[
+            Context(id=f"c{i}", text=text, rank=i if ranks else None)
+            for i, text in enumerate(contexts)
+        ],
+        answer=answer,
+        **{"timestamp": FIXED_TIME, **fields},
+    )
+
+
+def judge_trace(n: int = 1, **overrides: Any) -> Trace:
+    """A trace for the scripted judge (tests/support/openai_server.py), whose markers say what
+    it finds: the IRRELEVANT chunk at rank 1 is of no use, the rank 2 chunk is, and of the
+    answer's three statements the UNSUPPORTED one has no support."""
+    data: dict[str, Any] = {
+        "trace_id": f"trace-{n}",
+        "timestamp": datetime(2026, 11, 1, 12, 0, tzinfo=UTC),
+        "agent": "support",
+        "conversation_id": f"conv-{n}",
+        "turn": 1,
+        "query": f"When does branch {n} open and close?",
+        "contexts": [
+            {"id": f"doc-{n}-a", "text": "IRRELEVANT: the car park has 40 spaces.", "rank": 1},
+            {
+                "id": f"doc-{n}-b",
+                "text": f"Branch {n} opens at 9:00. It closes at 17:00. IRRELEVANT: free coffee.",
+                "rank": 2,
+            },
+        ],
+        "answer": (
+            f"Branch {n} opens at 9:00. It closes at 17:00. "
+            "It also runs an UNSUPPORTED night service."
+        ),
+    }
+    data.update(overrides)
+    return Trace.model_validate(data)
 
 
 def encode(trace: dict[str, Any]) -> bytes:

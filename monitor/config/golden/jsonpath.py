@@ -48,11 +48,6 @@ class JsonPath:
     text: str
     steps: tuple[Step, ...]
 
-    @property
-    def fans_out(self) -> bool:
-        """True when the path has a wildcard, so :func:`extract` returns a list."""
-        return any(isinstance(step, _Wildcard) for step in self.steps)
-
 
 def parse_path(text: str) -> JsonPath:
     """Parse ``text``; ``ValueError`` names the position of a syntax error."""
