@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from monitor import metrics_catalog as catalog
@@ -64,7 +64,7 @@ class RollingMeans(Collector):
                 result[key] = sum(b[1] for b in buckets) / count
         return result
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         family = catalog.EVALUATION_SCORE_MEAN.family()
         for key, mean in self.means().items():
             family.add_metric(list(key), mean)
