@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,24 +47,27 @@ DEFAULT_POSTGRES_URL = "postgresql+asyncpg://ragmon:ragmon@127.0.0.1:5432/ragmon
 
 
 @pytest.fixture
-async def postgres_url() -> str:
-    """A PostgreSQL database with the store's tables dropped, for a test of its own."""
+async def postgres_url() -> AsyncIterator[str]:
+    """A PostgreSQL database of the test's own, created empty and dropped afterwards, so tests
+    running at the same time (other test processes on the machine included) never share tables."""
     import os
 
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from monitor.store import metadata
-
-    url = os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
-    engine = create_async_engine(url)
+    base = os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL)
+    name = f"ragmon_t{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(base, isolation_level="AUTOCOMMIT")
     try:
-        async with engine.begin() as conn:
-            await conn.run_sync(metadata.drop_all)
-            from sqlalchemy import text
-
-            await conn.execute(text("DROP TABLE IF EXISTS ragmon_schema"))
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
     except (OSError, Exception) as exc:  # asyncpg raises its own errors for auth and absence
-        await engine.dispose()
-        service_unavailable(f"PostgreSQL unavailable at {url}: {type(exc).__name__}: {exc}")
-    await engine.dispose()
-    return url
+        await admin.dispose()
+        service_unavailable(f"PostgreSQL unavailable at {base}: {type(exc).__name__}: {exc}")
+    try:
+        yield make_url(base).set(database=name).render_as_string(hide_password=False)
+    finally:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        await admin.dispose()

@@ -396,6 +396,13 @@ async def test_daemon_with_the_judge_over_kafka(
         )
 
     await wait_for(lambda: judged() == 2.0, 600, "two judge results")
+    # the metrics count a judgement before the turn judge (slow on a small server) and the store
+    # write finish: stop once both traces' tier-0 and judge results are stored
+    await wait_for(
+        lambda: (value("ragmon_store_writes_total", {"outcome": "ok"}) or 0) >= 4.0,
+        600,
+        "tier-0 and judge results of both traces stored",
+    )
     assert await running.stop() == 0
     shed = sum(
         value("ragmon_sampler_shed_total", {"agent": "default", "reason": r}) or 0
