@@ -9,9 +9,10 @@ run in one process); the metrics classes beside the code that records (``export/
 
 The metrics contract is this module: the dashboards and alert rules may use only these series
 and labels (``dashboards/contract.py``), the README's ``## Metrics`` tables must list exactly
-these, with the same types and labels, and a running daemon exports nothing else
-(``tests/test_metrics_catalog.py``). Labels are bounded; trace, conversation and user ids never
-become labels (trace ids ride as exemplars).
+these, with the same types and labels (``tests/test_metrics_catalog.py``), and a running
+daemon exports nothing else (``tests/test_prometheus_e2e.py``, ``tests/test_process.py``).
+Labels are bounded; trace, conversation and user ids never become labels (trace ids ride as
+exemplars).
 
 This module imports nothing of the daemon's, so that any layer can import it.
 """
@@ -97,8 +98,8 @@ def create(spec: MetricSpec[C], registry: CollectorRegistry) -> C:
     """The collector of `spec` on `registry`, with the preset series made when it can be."""
     if spec.collected:
         raise TypeError(f"{spec.name} is yielded by a custom collector (MetricSpec.family)")
-    # An info's labels are the keys its owner sets, not label names; a counter's and an info's
-    # suffix is added by prometheus_client (the counter's is stripped if given).
+    # An info's labels are the keys its owner sets, not label names; prometheus_client adds the
+    # `_total` and `_info` suffixes to the family name itself.
     labelnames = () if spec.type == "info" else spec.labels
     extra: dict[str, Any] = {} if spec.buckets is None else {"buckets": spec.buckets}
     collector = spec.kind(spec.family_name, spec.help, labelnames, registry=registry, **extra)
