@@ -26,11 +26,8 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from monitor.conversation import (
-    ConversationConfig,
-    ConversationMetrics,
-    ConversationTracker,
-)
+from monitor.config.conversation import ConversationConfig
+from monitor.conversation import ConversationMetrics, ConversationTracker
 from monitor.export.metrics import AgentLabels
 from monitor.models import EvaluationResult, Score, StatementVerdict, Trace
 

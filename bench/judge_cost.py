@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from monitor.evaluate.judge_config import JudgeConfig  # noqa: E402
+from monitor.config.judge import JudgeConfig  # noqa: E402
 from monitor.evaluate.judge_metrics import JudgeMetrics  # noqa: E402
 from monitor.evaluate.llm import LLMJudge  # noqa: E402
 from monitor.models import Context, EvaluationResult, Trace  # noqa: E402

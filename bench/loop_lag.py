@@ -24,8 +24,9 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from monitor.config.scoring import SamplingConfig
 from monitor.evaluate.heuristic import HeuristicEvaluator
-from monitor.evaluate.sampler import Sampler, SamplingConfig
+from monitor.evaluate.sampler import Sampler
 from monitor.export.metrics import AgentLabels
 from monitor.export.scoring_metrics import ScoringMetrics
 from monitor.models import Context, Trace

@@ -1534,6 +1534,7 @@ def operations() -> dict[str, Any]:
             width=8,
         ),
     ]
+    panels += otlp_stage_panels()
     panels.append(row("LLM judge"))
     panels += [
         timeseries(
@@ -1703,11 +1704,118 @@ def operations() -> dict[str, Any]:
     return dashboard(
         "ragmon-operations",
         "rag-monitor / Operations",
-        "The daemon itself: ingest, Kafka lag and commits, dead letters, the LLM judge "
-        "(latency, errors, circuit, tokens, cost, cache), sampler shedding and outputs.",
+        "The daemon itself: ingest, Kafka lag and commits, dead letters, the OTLP stage's "
+        "assembler, the LLM judge (latency, errors, circuit, tokens, cost, cache), sampler "
+        "shedding and outputs.",
         [datasource_variable(), agent_variable(), review_url_variable()],
         panels,
     )
+
+
+def otlp_stage_panels() -> list[dict[str, Any]]:
+    """The OTLP stage's assembler: what it holds against its bounds, what it sheds at them,
+    how whole the traces it releases are, and spans that come too late."""
+    ri = "$__rate_interval"
+    first_releases = ['outcome=~"complete|incomplete"']
+    return [
+        row("OTLP stage"),
+        timeseries(
+            "Assembler: traces held",
+            [
+                target(
+                    "sum by (instance, state) (ragmon_otlp_assembly_traces)",
+                    "{{instance}} {{state}}",
+                )
+            ],
+            width=8,
+            description="Per replica: traces assembling (pending, waiting for their root, "
+            "missing parents or their GenAI log records) and released traces kept for late "
+            "spans (kept). Pending and kept together are bounded per replica by "
+            "kafka.otlp_max_pending_traces (10,000 by default); at the bound the assembler "
+            "sheds (next panels).",
+        ),
+        timeseries(
+            "Assembler: bytes held",
+            [target("sum by (instance) (ragmon_otlp_assembly_bytes)", "{{instance}}")],
+            unit="bytes",
+            width=8,
+            description="Per replica: span and log-record bytes of the traces held, bounded "
+            "by kafka.otlp_max_pending_bytes (256 MiB by default).",
+        ),
+        timeseries(
+            "Traces shed by the assembler bounds",
+            [
+                target(
+                    rate("ragmon_otlp_assembly_shed_total", "reason", []),
+                    "{{reason}}",
+                )
+            ],
+            unit="ops",
+            stack=True,
+            width=8,
+            description="Traces given up at the memory bound: grace_limit (a released trace "
+            "forgotten before its grace period ended: its late spans are dropped), "
+            "pending_limit (released before it was whole: scored flagged incomplete_trace). "
+            "Sustained shedding fires RagmonOtlpAssemblyShedding.",
+        ),
+        timeseries(
+            "Traces released by outcome",
+            [
+                target(
+                    rate("ragmon_otlp_traces_released_total", "outcome", []),
+                    "{{outcome}}",
+                )
+            ],
+            unit="ops",
+            stack=True,
+            width=8,
+            description="complete: whole (root ended, every parent present); incomplete: "
+            "released at kafka.otlp_assembly_max_seconds or at the memory bound; revised: "
+            "released again after late spans.",
+        ),
+        timeseries(
+            "Incomplete traces (share of released)",
+            [
+                target(
+                    share(
+                        "ragmon_otlp_traces_released_total",
+                        "",
+                        ['outcome="incomplete"'],
+                        first_releases,
+                        ri,
+                    ),
+                    "incomplete",
+                )
+            ],
+            unit="percentunit",
+            minimum=0,
+            maximum=1,
+            width=8,
+            description="Traces released before they were whole / all traces released the "
+            "first time. Their results carry the incomplete_trace flag. A steady share means "
+            "root spans that never arrive (instrumentation, sampling) or waits longer than "
+            "kafka.otlp_assembly_max_seconds.",
+        ),
+        timeseries(
+            "Late spans and orphan log records",
+            [
+                target(
+                    rate(
+                        "ragmon_traces_skipped_total",
+                        "reason",
+                        ['reason=~"otlp_late_spans|otlp_no_spans"'],
+                    ),
+                    "{{reason}}",
+                )
+            ],
+            unit="ops",
+            width=8,
+            description="otlp_late_spans: spans or GenAI log records that came after their "
+            "trace's grace period (kafka.otlp_late_span_grace_seconds), or fragments of a trace "
+            "already scored whole, dropped; otlp_no_spans: exports without spans, and log "
+            "records whose spans never came.",
+        ),
+    ]
 
 
 DASHBOARDS = {

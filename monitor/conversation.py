@@ -33,13 +33,13 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel, ConfigDict, Field
 
 from monitor import metrics_catalog as catalog
+from monitor.config.conversation import ConversationConfig
 from monitor.evaluate.constraints import check_constraint
 from monitor.export.metrics import AgentLabels
 from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trace
@@ -72,13 +72,6 @@ def start_micros(trace: Trace) -> int:
 def turn_order_key(trace: Trace) -> tuple[int, int, str]:
     """The order in which a conversation's traces are processed: explicit turn, start, id."""
     return (trace.turn or 0, start_micros(trace), trace.trace_id)
-
-
-class ConversationConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    idle_seconds: float = Field(default=1800.0, gt=0, description="a conversation ends after this")
-    max_conversations: int = Field(default=100_000, gt=0)
 
 
 class TurnJudge(Protocol):
@@ -186,13 +179,18 @@ class Turn:
         assert self.trace.turn is not None
         return self.trace.turn
 
-    async def record(
-        self, result: EvaluationResult, *, count: bool = True
-    ) -> list[EvaluationResult]:
-        """Record one evaluator's result for this turn; returns the stored results of other
-        turns whose number this turn moved (already rewritten in the store), to re-publish.
-        `count` False leaves the metrics alone (a re-assembled trace that was counted before)."""
+    async def record(self, result: EvaluationResult, *, count: bool = True) -> Recorded:
+        """Record one evaluator's result for this turn. Returns the result to emit (an `llm`
+        result with the turn judge's tokens added, when the turn judge ran) and the stored
+        results of other turns whose number this turn moved (already rewritten in the store),
+        to re-publish. `count` False leaves the metrics alone (a re-assembled trace that was
+        counted before)."""
         return await self._tracker._record(self, self._conv, result, count)
+
+
+class Recorded(NamedTuple):
+    result: EvaluationResult  # what to store and publish
+    moved: list[EvaluationResult]  # other turns' results, renumbered
 
 
 class _TurnLock:
@@ -260,15 +258,18 @@ class ConversationTracker:
 
     async def _record(
         self, turn: Turn, conv: _Conversation, result: EvaluationResult, count: bool
-    ) -> list[EvaluationResult]:
+    ) -> Recorded:
         trace, number = turn.trace, turn.number
         previous = conv.evaluators.get(trace.trace_id)
         rank = EVALUATOR_RANK.get(result.evaluator, 0)
         if previous is not None and EVALUATOR_RANK.get(previous, 0) > rank:
-            return []  # the turn already has a judge's values; tier 0 does not overwrite them
+            # the turn already has a judge's values; tier 0 does not overwrite them
+            return Recorded(result, [])
         first_time = previous is None
         new_evaluator = previous != result.evaluator
-        verdicts, outcomes = await self._constraints(conv, trace, result)
+        verdicts, outcomes, judgement = await self._constraints(conv, trace, result)
+        if judgement is not None:
+            result = judgement.charged_to(result)  # every token spent judging this trace
         row = self._row(trace, number, result, verdicts, outcomes, conv.starts.get(trace.trace_id))
         moved: list[EvaluationResult] = []
         if self._store is not None:
@@ -284,7 +285,7 @@ class ConversationTracker:
         conv.dirty = True
         if new_evaluator and count:
             self._export(trace, number, result.evaluator, row, verdicts, outcomes, first_time)
-        return moved
+        return Recorded(result, moved)
 
     async def _conversation(self, conversation_id: str, agent: str) -> _Conversation:
         conv = self._conversations.get(conversation_id)
@@ -300,12 +301,15 @@ class ConversationTracker:
 
     async def _constraints(
         self, conv: _Conversation, trace: Trace, result: EvaluationResult
-    ) -> tuple[list[ConstraintVerdict], dict[str, float]]:
+    ) -> tuple[list[ConstraintVerdict], dict[str, float], Any]:
+        """The turn's constraint verdicts and outcome scores, and the turn judge's judgement
+        (None when it did not run: no judge, or not the judge's result)."""
         explicit = list(trace.constraints or [])
         ids = {c.id for c in explicit}
         active = explicit + [c for c in conv.carried if c.id not in ids]
         verdicts = {c.id: check_constraint(c, trace.answer) for c in active}
         outcomes: dict[str, float] = {}
+        judgement = None
         if self._judge is not None and result.evaluator == "llm":
             judgement = await self._judge.judge_turn(trace, active, [])
             for verdict in judgement.verdicts:
@@ -322,7 +326,7 @@ class ConversationTracker:
                     verdicts[constraint.id] = check_constraint(constraint, trace.answer)
             conv.carried = carried[-MAX_CARRIED_CONSTRAINTS:]
             outcomes = {k: v for k, v in judgement.outcomes.items() if v is not None}
-        return list(verdicts.values()), outcomes
+        return list(verdicts.values()), outcomes, judgement
 
     def _row(
         self,

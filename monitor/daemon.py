@@ -19,6 +19,7 @@ from aiokafka.structs import TopicPartition
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
+from monitor.command import ExitCode
 from monitor.config import Settings
 from monitor.conversation import ConversationMetrics, ConversationTracker
 from monitor.evaluate.heuristic import HeuristicEvaluator
@@ -32,9 +33,8 @@ from monitor.export.http import HttpServer, Probes, build_app
 from monitor.export.metrics import Metrics
 from monitor.export.results import ResultsPublisher
 from monitor.export.scoring_metrics import ScoringMetrics
-from monitor.golden.judges import open_answer_judge
-from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.schedule import GoldenScheduler
+from monitor.golden.service import golden_service
 from monitor.retry import RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
@@ -157,7 +157,7 @@ class Daemon:
             return False, "results store unavailable"
         return True, f"{assigned} partitions assigned"
 
-    async def run(self) -> int:
+    async def run(self) -> ExitCode:
         tracer, provider = build_tracer(self.settings.telemetry)
         async with AsyncExitStack() as stack:
             if provider is not None:
@@ -178,14 +178,14 @@ class Daemon:
             stack.push_async_callback(self.http.stop)
             log.info("http server listening", host=self.settings.http.host, port=self.http.port)
             if self.source_spec.kind == "file":
-                self.processor = await self._processor(stack, producer_kwargs=None)
+                await self._start_services(stack, producer_kwargs=None)
                 dead_letters = self._dead_letters_override or StreamDeadLetters()
                 ingest = self._ingest(dead_letters, tracer, text_lines=True)
                 if self.settings.kafka.otlp_stage_enabled:
                     ingest.attach_otlp(self._local_otlp(ingest, dead_letters))
                 return await self._run_file(ingest)
             kafka_kwargs = producer_kwargs(self.settings.kafka)
-            self.processor = await self._processor(stack, producer_kwargs=kafka_kwargs)
+            await self._start_services(stack, producer_kwargs=kafka_kwargs)
             if self._dead_letters_override is not None:
                 dead_letters = self._dead_letters_override
             else:
@@ -208,6 +208,7 @@ class Daemon:
             dead_letters=dead_letters,
             output=ingest.dispatch_assembled,
             finish=ingest.finish_messages,
+            awaits_events=True,  # a replay may carry log exports anywhere in it
         )
         return LocalIntake(assembly, self.tracker, self.metrics, ingest.reject)
 
@@ -217,7 +218,7 @@ class Daemon:
         dead_letters: DeadLetterSink,
         tracer: Tracer | None,
         kafka_kwargs: dict[str, Any],
-    ) -> int:
+    ) -> ExitCode:
         config = self.settings.kafka
         ingest = self._ingest(dead_letters, tracer)
         scoring_topics = list(config.topics)
@@ -254,7 +255,11 @@ class Daemon:
                 on_assigned=self._on_otlp_assigned,
                 on_revoking=self._on_otlp_revoking,
                 group_id=config.effective_otlp_group_id,
-                topics=[*config.otlp_topics, config.effective_spans_topic],
+                topics=[
+                    *config.otlp_topics,
+                    *config.otlp_logs_topics,
+                    config.effective_spans_topic,
+                ],
                 name="otlp",
                 busy=stage.busy,
                 skip_finished=True,  # spans of released traces must not come back as fragments
@@ -284,31 +289,38 @@ class Daemon:
             self.metrics.ready.set(0)
             log.info("left the consumer groups")
 
-    async def _processor(
+    async def _start_services(
         self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
-    ) -> TraceProcessor:
-        """The given processing stage, or the scoring stage with its sinks."""
+    ) -> None:
+        """What runs beside the consume loop, stopped by `stack` in reverse: the scoring stage
+        (or the given processor), then the golden service, which stops first at shutdown
+        while the store its runs are saved to is still open."""
+        stage = await self._start_scoring(stack, producer_kwargs)
+        if self.settings.golden.suites:
+            self.golden = await stack.enter_async_context(
+                golden_service(
+                    self.settings.golden,
+                    self.settings.judge,
+                    registry=self.metrics.registry,
+                    sink=StoreGoldenSink(self.store) if self.store is not None else None,
+                    judge_metrics=stage.judge_metrics if stage is not None else None,
+                    token_budget=stage.token_budget if stage is not None else None,
+                    base_dir=self._config_dir,
+                )
+            )
+
+    async def _start_scoring(
+        self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
+    ) -> ScoringStage | None:
+        """The given processing stage, or the scoring stage with its sinks (returned)."""
         if self._processor_override is not None:
-            return self._processor_override
+            self.processor = self._processor_override
+            return None
         stage = await build_scoring_stage(self.settings, self.metrics, stack, producer_kwargs)
+        self.processor = stage.processor
         self.store, self.conversations = stage.store, stage.tracker
         stack.push_async_callback(stage.tracker.flush)
-        golden = self.settings.golden
-        if golden.suites:
-            answer_judge = None
-            if golden.judge_answers:
-                answer_judge = await stack.enter_async_context(
-                    open_answer_judge(self.settings.judge, stage.judge_metrics, stage.token_budget)
-                )
-            self.golden = GoldenScheduler(
-                golden,
-                metrics=GoldenMetrics(self.metrics.registry),
-                sink=StoreGoldenSink(stage.store) if stage.store is not None else None,
-                judge=answer_judge,
-                base_dir=self._config_dir,
-            )
-            await stack.enter_async_context(self.golden)
-        return stage.processor
+        return stage
 
     async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.conversations is not None:
@@ -352,7 +364,7 @@ class Daemon:
 
     async def _consume(
         self, scoring: KafkaSource, ingest: Ingest, otlp_source: KafkaSource | None
-    ) -> int:
+    ) -> ExitCode:
         self.started.set()
         log.info(
             "consuming",
@@ -365,7 +377,7 @@ class Daemon:
             loops.create_task(self._scoring_loop(scoring, ingest))
             if otlp_source is not None and self.otlp_stage is not None:
                 loops.create_task(self._otlp_loop(otlp_source, self.otlp_stage))
-        return 0
+        return ExitCode.OK
 
     async def _scoring_loop(self, kafka: KafkaSource, ingest: Ingest) -> None:
         while not self._stop.is_set():
@@ -399,7 +411,7 @@ class Daemon:
             await kafka.commit_if_due()
         await kafka.commit()
 
-    async def _run_file(self, ingest: Ingest) -> int:
+    async def _run_file(self, ingest: Ingest) -> ExitCode:
         assert self.source_spec.path is not None
         self._file_running = True
         self.started.set()
@@ -421,7 +433,7 @@ class Daemon:
         finally:
             self._file_running = False
             self.metrics.ready.set(0)
-        return 0
+        return ExitCode.OK
 
 
 def _freeze_startup_heap() -> Callable[[], None]:

@@ -219,7 +219,8 @@ class ScoringProcessor:
         add_evaluation_events(result)
         moved: list[EvaluationResult] = []
         if turn is not None:
-            moved = await turn.record(result, count=count)
+            # the turn judge's tokens join the judge's result before it is stored
+            result, moved = await turn.record(result, count=count)
         writes = []
         if self._store is not None:
             writes.append(self._save(trace, result))

@@ -137,6 +137,7 @@ MIGRATIONS: list[list[str]] = [
         " ON evaluation_results (scored_at)",
     ],
 ]
+SCHEMA_LOCK_KEY = 0x7261676D6F6E  # "ragmon": the PostgreSQL advisory lock of schema changes
 MAX_TEXT_CHARS = 4000
 RETRY_MIN_SECONDS = 0.5
 RETRY_MAX_SECONDS = 30.0
@@ -220,10 +221,27 @@ class Store:
         return store
 
     async def _migrate(self) -> None:
+        """Create or migrate the schema, one process at a time.
+
+        Replicas starting together on a fresh database (two pods of one deployment) would both
+        see no schema and both create it; the loser's CREATE TABLE fails. So the whole check
+        and DDL run in one transaction that holds the database's schema lock first: on
+        PostgreSQL a transaction-level advisory lock (released at commit), on SQLite a write
+        lock taken at BEGIN IMMEDIATE (the driver would otherwise run each DDL statement in a
+        transaction of its own). The second process waits, then finds the schema current.
+        """
         timestamp = DateTime(timezone=True).compile(dialect=self._engine.dialect)
+        if self._dialect == "sqlite":
+            async with self._engine.connect() as conn:  # not inside a transaction
+                await conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+                await conn.commit()
         async with self._engine.begin() as conn:
             if self._dialect == "sqlite":
-                await conn.execute(text("PRAGMA journal_mode=WAL"))
+                await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            elif self._dialect == "postgresql":
+                await conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY}
+                )
             await conn.execute(
                 text("CREATE TABLE IF NOT EXISTS ragmon_schema (version INTEGER NOT NULL)")
             )

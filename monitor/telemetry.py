@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from monitor import __version__
-from monitor.config import TelemetryConfig
+from monitor.config.process import TelemetryConfig
 
 _propagator = TraceContextTextMapPropagator()
 

@@ -55,6 +55,7 @@ DEMO_VALUES: dict[str, Any] = {
             "minSelected": 10,
             "shedFor": "2m",
         },
+        "otlpAssembly": {"minShed": 5, "for": "1m"},
         "deadLetters": {"for": "1m"},
         "consumerLag": {"for": "2m"},
         "noEvaluations": {"for": "1m"},

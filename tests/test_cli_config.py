@@ -70,6 +70,9 @@ def test_check_config_masks_secrets(tmp_path: Path) -> None:
         ("", {"RAGMON_LOG__FORMAT": "xml"}, "log.format"),
         ("", {"RAGMON_KAFKA__TOPICS": "not json"}, "kafka.topics"),
         ("kafka:\n  security_protocol: SASL_SSL\n", {}, "kafka"),
+        # a logs topic read as spans (or native traces) would dead-letter every message
+        ("kafka:\n  otlp_logs_topics: [rag_traces]\n", {}, "otlp_logs_topics"),
+        ("kafka:\n  format: native\n  otlp_logs_topics: [otlp_logs]\n", {}, "otlp_logs_topics"),
         # "inf" would disable a bound silently, "nan" compares false with everything
         ("kafka:\n  commit_interval_seconds: .inf\n", {}, "kafka.commit_interval_seconds"),
         ("", {"RAGMON_SAMPLING__RATE": "nan"}, "sampling.rate"),

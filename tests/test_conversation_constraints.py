@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
-from monitor.conversation import ConversationConfig, ConversationMetrics, ConversationTracker
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.conversation import ConversationConfig
+from monitor.config.judge import JudgeConfig
+from monitor.conversation import ConversationMetrics, ConversationTracker
 from monitor.evaluate.llm import LLMJudge
 from monitor.export.metrics import AgentLabels
 from monitor.models import Trace

@@ -148,3 +148,60 @@ def test_cross_language_turn_is_not_a_hallucination_in_h_t(tmp_path: Path) -> No
     with sqlite3.connect(tmp_path / "r.db") as db:
         h = dict(db.execute("SELECT turn, hallucination FROM conversation_turns").fetchall())
     assert h == {1: 0.0, 2: None, 3: 1.0}
+
+
+async def test_the_daemon_sends_cross_language_turns_to_the_judge_whatever_the_rate(
+    tmp_path: Path,
+) -> None:
+    """The replay through the daemon, judge at the scripted server, sampling rate 0: the
+    English answer over a Japanese context is judged (tier 0 could not score it), the
+    Japanese one is not."""
+    from prometheus_client import CollectorRegistry
+
+    from monitor.config import Settings
+    from monitor.daemon import Daemon, SourceSpec
+    from monitor.store import Store
+    from tests.support.openai_server import OpenAIServer
+
+    lines = [
+        json.dumps(
+            {
+                "trace_id": trace_id,
+                "timestamp": "2026-03-01T12:00:00Z",
+                "query": ASK_JA,
+                "contexts": [{"id": "kb-1", "text": WARRANTY_JA, "rank": 1}],
+                "answer": answer,
+            },
+            ensure_ascii=False,
+        )
+        for trace_id, answer in (
+            ("across", "The warranty period is two years."),
+            ("same", "保証期間は2年です。"),
+        )
+    ]
+    source = tmp_path / "traces.jsonl"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    db = tmp_path / "r.db"
+    async with OpenAIServer() as server:
+        settings = Settings.model_validate(
+            {
+                "http": {"host": "127.0.0.1", "port": 0},
+                "store": {"url": f"sqlite+aiosqlite:///{db}"},
+                "sampling": {"rate": 0.0},
+                "judge": {"base_url": server.url, "api_key": "k", "max_retries": 0},
+            }
+        )
+        daemon = Daemon(settings, SourceSpec("file", str(source)), registry=CollectorRegistry())
+        assert await daemon.run() == 0
+        asked = {(r.data or {}).get("answer") for r in server.requests}
+    assert asked == {"The warranty period is two years."}
+    store = await Store.open(f"sqlite+aiosqlite:///{db}")
+    try:
+        judged = await store.get_result("across", "llm")
+        assert judged is not None and judged.scores["faithfulness"].value == 1.0
+        assert await store.get_result("same", "llm") is None
+    finally:
+        await store.close()
+    value = daemon.metrics.registry.get_sample_value
+    assert value("ragmon_sampler_decisions_total", {"agent": "default", "outcome": "priority"}) == 1
+    assert value("ragmon_sampler_decisions_total", {"agent": "default", "outcome": "skipped"}) == 1

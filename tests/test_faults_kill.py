@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.evaluate.sampler import Sampler, SamplingConfig
+from monitor.config.scoring import SamplingConfig
+from monitor.evaluate.sampler import Sampler
 from monitor.models import EvaluationResult, Trace
 from tests.support.faults import (
     DaemonProcess,

@@ -35,8 +35,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from monitor.config import ConfigError, Settings, load_settings
+from monitor.config.judge import RedactionConfig
 from monitor.evaluate.heuristic import HeuristicEvaluator
-from monitor.evaluate.judge_config import RedactionConfig
 from monitor.evaluate.judge_prompts import JudgeInput, faithfulness_prompt, relevance_prompt
 from monitor.evaluate.redaction import Redactor
 from monitor.models import Trace

@@ -14,18 +14,15 @@ import logging
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
 import yaml
-from pydantic import ValidationError
 
-from monitor.config import ConfigError
+from monitor.config import load_settings
 from monitor.golden.cli import dispatch, landis_koch, register
-from monitor.golden.config import GoldenConfig
 from monitor.golden.results import RunResult
 from tests.fixtures.golden.service import (
     RETRIEVAL_SUITE,
@@ -59,29 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass
-class FakeSettings:
-    golden: GoldenConfig
-
-
-def load_settings(path: Path | None) -> FakeSettings:
-    """Reads only the ``golden:`` section, as the daemon's settings will once it is mounted."""
-    if path is None:
-        return FakeSettings(GoldenConfig())
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    try:
-        return FakeSettings(GoldenConfig.model_validate(data.get("golden", {})))
-    except ValidationError as exc:
-        problems = [
-            ("golden." + ".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors()
-        ]
-        raise ConfigError(problems, str(path)) from None
-
-
 def run_cli(*argv: str) -> tuple[int, str]:
     args = _parser().parse_args(["golden", *argv])
     out = io.StringIO()
-    code = dispatch(args, load_settings, out=out)
+    code = dispatch(args, out=out)
     return code, out.getvalue()
 
 

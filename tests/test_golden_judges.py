@@ -22,7 +22,8 @@ import pytest_asyncio
 import yaml
 from prometheus_client import CollectorRegistry
 
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.golden import SuiteConfig
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import MalformedOutput
 from monitor.evaluate.judge_reference import (
@@ -32,7 +33,6 @@ from monitor.evaluate.judge_reference import (
     reference_prompt,
 )
 from monitor.golden.answers import AnswerJudge, JudgeScores
-from monitor.golden.config import SuiteConfig
 from monitor.golden.dataset import GenerationCase
 from monitor.golden.judges import (
     GOLDEN_EVALUATOR,

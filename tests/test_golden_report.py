@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.golden.config import DEFAULT_RETRIEVAL_TARGETS
+from monitor.config.golden import DEFAULT_RETRIEVAL_TARGETS
 from monitor.golden.dataset import RetrievalQuery
 from monitor.golden.evaluation import (
     Observation,

@@ -23,6 +23,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
+from monitor.config.golden import (
+    DEFAULT_RETRIEVAL_TARGETS,
+    GoldenConfig,
+    ServiceConfig,
+    SuiteConfig,
+)
+from monitor.config.golden.jsonpath import PathError, extract, parse_path
+from monitor.config.golden.template import TemplateError, placeholders, query_parameters, render
 from monitor.golden.answers import (
     AnswerJudge,
     JudgeScores,
@@ -33,12 +41,6 @@ from monitor.golden.answers import (
     topics_covered,
 )
 from monitor.golden.client import ServiceClient, ServiceError, read_doc_ids
-from monitor.golden.config import (
-    DEFAULT_RETRIEVAL_TARGETS,
-    GoldenConfig,
-    ServiceConfig,
-    SuiteConfig,
-)
 from monitor.golden.dataset import GenerationCase, RetrievalQuery
 from monitor.golden.evaluation import (
     Observation,
@@ -50,12 +52,10 @@ from monitor.golden.evaluation import (
     score_retrieval_query,
     summarise_mode,
 )
-from monitor.golden.jsonpath import PathError, extract, parse_path
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.report import render_markdown, write_report
 from monitor.golden.results import RunResult
 from monitor.golden.runner import run_suite, sweep_variants
-from monitor.golden.template import TemplateError, placeholders, query_parameters, render
 from monitor.golden.trec import GoldenDataError
 from monitor.retry import RetryMetrics
 from tests.fixtures.golden.service import (

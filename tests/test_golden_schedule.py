@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor.golden.config import GoldenConfig, SuiteConfig
+from monitor.config.golden import GoldenConfig, SuiteConfig
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.results import RunResult
 from monitor.golden.schedule import GoldenRunSink, GoldenScheduler, report_path

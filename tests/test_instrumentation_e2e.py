@@ -4,12 +4,17 @@ Each test runs a small RAG app (tests/apps) instrumented with one family's real 
 answers multi-turn conversations with the real `openai` client against the scripted
 OpenAI-compatible server and exports OTLP/HTTP to a Collector built by
 scripts/setup-otelcol.sh (examples/otel-collector/config.yaml), whose Kafka exporter writes to
-the test broker in protobuf or OTLP/JSON. The daemon consumes that topic with the LLM judge on
-every conversation. For every planned turn the test checks what reached the store (question,
-answer, conversation, turn number) and what the judge was shown (the contexts), that nothing
-else was scored (stray LLM calls are skipped as not RAG), and that invented answers score
-lower than grounded ones -- or, where the instrumentation records documents without their
-text, that faithfulness is unmeasured with the reason `contexts_without_text`.
+the test broker in protobuf or OTLP/JSON (spans to one topic, logs to another). The daemon
+consumes both with the LLM judge on every conversation. For every planned turn the test checks
+what reached the store (question, answer, conversation, turn number) and what the judge was
+shown (the contexts), that nothing else was scored (stray LLM calls are skipped as not RAG),
+and that invented answers score lower than grounded ones -- or, where the instrumentation
+records documents without their text, that faithfulness is unmeasured with the reason
+`contexts_without_text`.
+
+GenAI `event_only` capture puts no content on the spans at all: the prompts and answers come as
+OTLP log records on the Collector's logs topic (`kafka.otlp_logs_topics`), which the daemon
+joins to their spans; without that every such trace was dead-lettered `otlp_unmappable`.
 """
 
 from __future__ import annotations
@@ -28,10 +33,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import KafkaConfig
 from monitor.daemon import Daemon, SourceSpec
-from monitor.models import Trace
 from monitor.source.native import decode_native
 from monitor.source.otlp import OtlpMappingError, decode_otlp, spans_to_trace
-from monitor.source.otlp_logs import attach_log_events, decode_otlp_logs
 from tests.support.instrumented import (
     OLD_TRACELOOP_PYTHON,
     TITLE_ANSWER,
@@ -62,6 +65,7 @@ class Family:
     env: dict[str, str] = field(default_factory=dict)
     documents_with_text: bool = True
     old_traceloop: bool = False
+    content_in_logs: bool = False  # event_only: prompts and answers only as OTLP log records
 
 
 FAMILIES = {
@@ -77,6 +81,21 @@ FAMILIES = {
         "otlp_proto",
         {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "span_only"},
         documents_with_text=False,
+    ),
+    # event_only records no retrieval documents either: contexts are without text
+    "genai-event-only-proto": Family(
+        "genai_app",
+        "otlp_proto",
+        {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only"},
+        documents_with_text=False,
+        content_in_logs=True,
+    ),
+    "genai-event-only-json": Family(
+        "genai_app",
+        "otlp_json",
+        {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only"},
+        documents_with_text=False,
+        content_in_logs=True,
     ),
     "traceloop-current-json": Family("traceloop_app", "otlp_json"),
     "traceloop-0.52-proto": Family("traceloop_app", "otlp_proto", old_traceloop=True),
@@ -162,7 +181,7 @@ async def test_instrumented_app_through_the_collector(
         kafka_broker.bootstrap,
         topic_prefix,
         db,
-        kafka=_fast_assembly(),
+        kafka={**_fast_assembly(), "otlp_logs_topics": [logs_topic]},
         judge={"base_url": model.url, "api_key": "test-key", "max_retries": 0},
         sampling={"rate": 1.0},
     )
@@ -251,65 +270,33 @@ async def test_instrumented_app_through_the_collector(
         assert value(
             "ragmon_evaluation_flags_total", {"agent": SERVICE, "reason": "contexts_without_text"}
         ) == len(turns)
-
-
-@pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])
-async def test_genai_event_only_content_arrives_as_logs_and_joins_its_spans(
-    encoding: Encoding,
-    kafka_broker: KafkaBroker,
-    topic_prefix: str,
-    tmp_path: Path,
-    collector_factory: Any,
-    model: OpenAIServer,
-) -> None:
-    """With event_only capture the spans carry no content: the messages come as OTLP log
-    records, which the Collector writes to the logs topic. Joined to their spans by trace and
-    span id, they give the question and answer; the retrieval span recorded no documents, so
-    the trace says its contexts are without text."""
-    spans_topic, logs_topic = f"{topic_prefix}.in", f"{topic_prefix}.logs"
-    await create_topics(kafka_broker.bootstrap, [spans_topic, logs_topic])
-    collector = collector_factory(kafka_broker.bootstrap, spans_topic, logs_topic, encoding)
-    turns = plan_turns(topic_prefix, INVENTED)
-    model.script = model_script(turns)
-    run = AppRun(
-        app="genai_app",
-        service=SERVICE,
-        turns=turns,
-        otlp_endpoint=collector.http_endpoint,
-        openai_base_url=model.url,
-        workdir=tmp_path,
-        env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "event_only"},
-    )
-    await asyncio.to_thread(run.run)
-    collector.stop()  # flushes its batches
-
-    span_messages = await read_all(kafka_broker.bootstrap, spans_topic, 10**6, timeout=5)
-    log_messages = await read_all(kafka_broker.bootstrap, logs_topic, 10**6, timeout=5)
-    spans = [s for m in span_messages for s in decode_otlp(m.value, encoding)]
-    events = [e for m in log_messages for e in decode_otlp_logs(m.value, encoding)]
-    assert len(events) == len(turns), "one inference event per model call"
-    assert all("gen_ai.input.messages" not in s.attributes for s in spans), "content only in logs"
-
-    by_trace: dict[str, list[Any]] = {}
-    for span in spans:
-        by_trace.setdefault(span.trace_id, []).append(span)
-    for group in by_trace.values():  # the spans alone say a model answered, but not what
-        with pytest.raises(OtlpMappingError) as caught:
-            spans_to_trace(group)
-        assert caught.value.reason == "no_answer"
-    mapped: dict[str, Trace] = {}
-    for group in by_trace.values():
-        trace = spans_to_trace(attach_log_events(group, events))
-        assert isinstance(trace, Trace)
-        mapped[trace.query] = trace
-    assert set(mapped) == {t.question for t in turns}
-    for planned in turns:
-        trace = mapped[planned.question]
-        assert trace.answer == planned.answer
-        assert trace.conversation_id == planned.conversation
-        assert trace.contexts == []
-        assert trace.contexts_without_text == len(planned.document_ids)
-        assert trace.agent == SERVICE
+    if family.content_in_logs:
+        # The spans alone say a model answered, but not what: the content came only as log
+        # records, read from the logs topic and joined to the spans.
+        assert (value("ragmon_messages_consumed_total", {"topic": logs_topic}) or 0) > 0
+        span_messages = await read_all(kafka_broker.bootstrap, spans_topic, 10**6, timeout=5)
+        by_trace: dict[str, list[Any]] = {}
+        for message in span_messages:
+            for span in decode_otlp(message.value, family.encoding):
+                by_trace.setdefault(span.trace_id, []).append(span)
+        assert set(by_trace) == set(results)
+        for group in by_trace.values():
+            with pytest.raises(OtlpMappingError) as caught:
+                spans_to_trace(group)
+            assert caught.value.reason == "no_answer"
+        # What the OTLP stage handed to scoring, exactly: question and answer from the log
+        # records, and the retrieval's documents counted as without text (event_only records
+        # none), each trace produced once.
+        assembled = await read_all(
+            kafka_broker.bootstrap, settings.kafka.effective_traces_topic, 10**6, timeout=5
+        )
+        traces = {t.query: t for t in (decode_native(r.value, 1_048_576) for r in assembled)}
+        assert len(assembled) == len(turns) and set(traces) == {t.question for t in turns}
+        for planned in turns:
+            trace = traces[planned.question]
+            assert (trace.answer, trace.conversation_id) == (planned.answer, planned.conversation)
+            assert trace.contexts == []
+            assert trace.contexts_without_text == len(planned.document_ids)
 
 
 async def test_native_producer_example(kafka_broker: KafkaBroker, topic_prefix: str) -> None:

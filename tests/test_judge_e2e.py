@@ -14,7 +14,7 @@ from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
 from monitor.store import Store
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics, produce
+from tests.support.kafka_io import create_topics, produce, read_all
 from tests.support.openai_server import OpenAIServer
 from tests.support.traces import RunningDaemon, encode, native_trace, scoring_settings, wait_for
 
@@ -165,3 +165,83 @@ async def test_a_dead_judge_opens_the_circuit_while_tier_zero_and_consumption_go
         )
         assert value("ragmon_judge_circuit_open", {"evaluator": "llm", "endpoint": "chat"}) == 0.0
     assert await running.stop() == 0
+
+
+async def test_a_judged_turn_result_carries_the_turn_judges_tokens(
+    kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path
+) -> None:
+    """The `llm` result of a judged conversation turn counts every token spent judging its
+    trace: the trace judge's calls and the turn judge's, in the store and on the results
+    topic, exactly as the server reported them."""
+    topics = [f"{topic_prefix}.{t}" for t in ("in", "dlq", "results")]
+    await create_topics(kafka_broker.bootstrap, topics)
+    db = tmp_path / "r.db"
+    traces = [
+        native_trace(n, conversation_id=f"conv-{n // 2}", turn=n % 2 + 1, trace_id=f"tok-{n}")
+        for n in range(4)
+    ]
+    async with OpenAIServer() as server:
+        settings = _settings(kafka_broker, topic_prefix, db, server.url)
+        settings = settings.model_copy(
+            update={"results": settings.results.model_copy(update={"topic": topics[2]})}
+        )
+        daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
+        running = RunningDaemon(daemon)
+        await running.started()
+        await produce(
+            kafka_broker.bootstrap,
+            topics[0],
+            [encode(t) for t in traces],
+            keys=[t["conversation_id"].encode() for t in traces],
+        )
+        store = await Store.open(f"sqlite+aiosqlite:///{db}")
+        try:
+
+            async def judged() -> dict[str, Any]:
+                found = {}
+                for t in traces:
+                    result = await store.get_result(t["trace_id"], "llm")
+                    if result is not None:
+                        found[t["trace_id"]] = result
+                return found
+
+            await wait_for(
+                lambda: _count(judged(), len(traces)), 60, "every trace judged and stored"
+            )
+            stored = await judged()
+        finally:
+            await store.close()
+        assert await running.stop() == 0
+
+        # What the server reported, per trace (its question): the trace calls and the turn call.
+        spent: dict[str, tuple[int, int]] = {}
+        turn_calls = 0
+        for received in server.requests:
+            data = received.data or {}
+            question = data.get("question") or data.get("latest_user_message")
+            assert question is not None and received.usage is not None
+            turn_calls += received.task == "ragmon_turn"
+            before = spent.get(question, (0, 0))
+            spent[question] = (
+                before[0] + received.usage["prompt_tokens"],
+                before[1] + received.usage["completion_tokens"],
+            )
+    assert turn_calls == len(traces), "every judged turn had its turn call"
+    by_trace: dict[str, Any] = {}  # the last record of each trace's llm result
+    for record in await read_all(kafka_broker.bootstrap, topics[2], 2 * len(traces)):
+        value = json.loads(record.value)
+        if value["evaluator"] == "llm":
+            by_trace[value["trace_id"]] = value
+    for t in traces:
+        expected = spent[t["query"]]
+        tokens = stored[t["trace_id"]].tokens
+        assert tokens is not None
+        assert (tokens.input_tokens, tokens.output_tokens) == expected
+        assert (
+            by_trace[t["trace_id"]]["tokens"]["input_tokens"],
+            by_trace[t["trace_id"]]["tokens"]["output_tokens"],
+        ) == expected
+
+
+async def _count(found: Any, expected: int) -> bool:
+    return len(await found) >= expected

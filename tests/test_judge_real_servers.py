@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from monitor.config.judge import JudgeConfig
 from monitor.daemon import Daemon, SourceSpec
 from monitor.evaluate.judge_client import CallFailure
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.llm import METRICS, LLMJudge
 from monitor.evaluate.token_budget import TokenBudget

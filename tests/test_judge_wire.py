@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_client import CallFailure
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import (
     FAITHFULNESS_SCHEMA,

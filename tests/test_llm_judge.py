@@ -23,7 +23,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import average_precision
 from monitor.evaluate.llm import METRICS, LLMJudge

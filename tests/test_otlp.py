@@ -824,3 +824,90 @@ def test_odd_json_shapes_never_crash(span: dict[str, Any], attributes: list[Any]
     except OtlpMappingError:
         return
     assert result is None or isinstance(result, Trace)
+
+
+def test_event_parts_ride_beside_the_spans_and_decide_nothing_about_completeness() -> None:
+    app = App()
+    openinference_rag(app)
+    spans = app.spans()
+    (children,) = parts_of(spans[:2])
+    (root,) = parts_of(spans[2:])
+    target = assembler(max_seconds=10.0)
+    trace_id = children.trace_id
+    assert target.add(trace_id, b"events-1", (), "logs-1", 0.0, events=True) == "held"
+    assert target.pop_ready(5.0) == [], "log records alone make no trace complete"
+    add(target, children, "m1", now=5.0)
+    add(target, root, "m2", now=5.0)
+    (done,) = target.pop_ready(5.0)
+    assert done.complete and done.event_parts == (b"events-1",) and len(done.parts) == 2
+    assert done.origin == "m1", "dead-letter provenance: the spans' message, not the logs'"
+    assert done.tokens == ("logs-1", "m1", "m2")
+    assert target.add(trace_id, b"events-1", (), "logs-again", 6.0, events=True) == "duplicate"
+    assert target.add(trace_id, b"events-2", (), "logs-2", 6.0, events=True) == "held"
+    (revised,) = target.pop_ready(6.0)
+    assert revised.revision == 2 and revised.event_parts == (b"events-1", b"events-2")
+    assert revised.tokens == ("logs-2",)
+
+
+def test_a_held_release_waits_for_its_next_part_or_the_maximum() -> None:
+    app = App()
+    openinference_rag(app)
+    (whole,) = parts_of(app.spans())
+    target = assembler(max_seconds=10.0, grace_seconds=0.0)
+    add(target, whole, "m1", now=0.0)
+    (first,) = target.pop_ready(1.0)
+    assert target.hold(first, 1.0), "taken back: its content may still come"
+    assert (target.pending, target.kept) == (1, 0)
+    assert target.pop_ready(5.0) == [], "held: no release without news"
+    target.add(whole.trace_id, b"events", (), "logs-1", 5.0, events=True)
+    (again,) = target.pop_ready(5.0)
+    assert again.revision == 1 and again.tokens == ("m1", "logs-1"), "a first release again"
+    assert again.note is None
+    assert target.hold(again, 6.0)
+    (final,) = target.pop_ready(10.0)
+    assert final.reason == "max_wait" and final.tokens == ("m1", "logs-1")
+    assert not target.hold(final, 10.0), "the maximum has passed: released for good"
+    target.note(final.trace_id, 7)
+    assert target.pop_ready(10.0) == [] and target.kept == 0, "no grace period: forgotten"
+    assert add(target, whole, "m1-later", now=11.0) == "late"
+
+
+def test_forced_releases_are_never_held_and_held_traces_count_against_the_bound() -> None:
+    shed: list[str] = []
+    apps = [App() for _ in range(3)]
+    for app in apps:
+        openinference_rag(app)
+    target = TraceAssembler(
+        max_seconds=60.0, grace_seconds=0.0, max_traces=2, max_bytes=10**9, on_shed=shed.append
+    )
+    (first,) = parts_of(apps[0].spans())
+    add(target, first, "m0", now=0.0)
+    (release,) = target.pop_ready(0.0)
+    assert target.hold(release, 0.0)
+    for n, app in enumerate(apps[1:], start=1):
+        (part,) = parts_of(app.spans()[:2])  # children only: pending
+        add(target, part, f"m{n}", now=float(n))
+    assert shed == ["pending_limit"]
+    (early,) = target.pop_ready(2.0)
+    assert early.trace_id == first.trace_id, "the held trace was seen first: shed first"
+    assert early.reason == "pending_limit" and not target.hold(early, 2.0)
+    assert all(not target.hold(r, 3.0) for r in target.flush(3.0))
+
+
+def test_a_held_trace_dropped_at_a_rebalance_and_read_again_keeps_only_its_new_deadline() -> None:
+    app = App()
+    openinference_rag(app)
+    (whole,) = parts_of(app.spans())
+    target = assembler(max_seconds=10.0, grace_seconds=30.0)
+    target.add(whole.trace_id, whole.data, whole.shapes, "m1", 0.0, group="p0")
+    (first,) = target.pop_ready(0.0)
+    assert target.hold(first, 0.0)
+    assert target.drop_pending({"p1"}) == 1, "its partition went to another replica"
+    assert target.pending == 0 and target.bytes == 0
+    # the partition comes back: its spans are read again, from the uncommitted offset
+    target.add(whole.trace_id, whole.data, whole.shapes, "m1-again", 5.0, group="p0")
+    (again,) = target.pop_ready(5.0)
+    assert again.tokens == ("m1-again",) and target.hold(again, 5.0)
+    assert target.pop_ready(12.0) == [], "the dropped entry's deadline (10 s) is not this one's"
+    (final,) = target.pop_ready(15.0)
+    assert final.reason == "max_wait" and final.tokens == ("m1-again",)

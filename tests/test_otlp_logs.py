@@ -38,6 +38,7 @@ from monitor.source.otlp_logs import (
     decode_otlp_logs,
     detect_logs_format,
 )
+from monitor.source.otlp_split import split_logs_by_trace
 from tests.support.otlp_spans import FORMATS, Fmt, serialize
 
 QUESTION = "How long is the refund window?"
@@ -196,6 +197,53 @@ def test_legacy_role_events_in_logs(fmt: Fmt, telemetry: Telemetry) -> None:
     trace = spans_to_trace(attach_log_events(spans, events))
     assert isinstance(trace, Trace)
     assert (trace.query, trace.answer, trace.conversation_id) == (QUESTION, ANSWER, "s-1")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_split_keeps_per_trace_only_the_records_the_mapping_reads(
+    fmt: Fmt, telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A logs export holding two turns' GenAI events, an application log without a span and an
+    event of a span that the mapping does not read: one part per trace, each a protobuf logs
+    export with only that trace's GenAI records under their resource and scope."""
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "event_only")
+    _rag_turn_event_only(telemetry)
+    _rag_turn_event_only(telemetry)
+    _legacy_events(telemetry)  # a third trace, plus a log line without a span
+    logger = telemetry.logger_provider.get_logger("app")
+    with telemetry.tracer_provider.get_tracer("app").start_as_current_span("http"):
+        context = trace_api.set_span_in_context(trace_api.get_current_span())
+        logger.emit(attributes={"event.name": "app.cache.miss"}, body="miss", context=context)
+    message = telemetry.log_message(fmt)
+    everything = decode_otlp_logs(message, fmt)
+    traces_in_order = list(dict.fromkeys(e.trace_id for e in everything))
+    assert len(traces_in_order) == 4
+
+    parts = split_logs_by_trace(message, fmt)
+    assert [p.trace_id for p in parts] == traces_in_order[:3], "the cache-miss trace is left out"
+    assert [p.records for p in parts] == [1, 1, 2]
+    for part in parts:
+        events = decode_otlp_logs(part.data, "otlp_proto")
+        assert {e.trace_id for e in events} == {part.trace_id}
+        assert events == [e for e in everything if e.trace_id == part.trace_id]
+        request = ExportLogsServiceRequest.FromString(part.data)
+        resource = {
+            a.key: a.value.string_value for a in request.resource_logs[0].resource.attributes
+        }
+        assert resource["service.name"] == "support-bot"
+        assert request.resource_logs[0].scope_logs[0].scope.name
+    first_chat = decode_otlp_logs(parts[0].data, "otlp_proto")[0]
+    assert first_chat.attributes["gen_ai.output.messages"][0]["parts"][0]["content"] == ANSWER
+
+
+def test_split_of_logs_without_genai_events_is_empty_and_of_garbage_an_error(
+    telemetry: Telemetry,
+) -> None:
+    telemetry.logger_provider.get_logger("app").emit(body="service started")
+    assert split_logs_by_trace(telemetry.log_message("otlp_proto"), "otlp_proto") == []
+    with pytest.raises(OtlpDecodeError) as caught:
+        split_logs_by_trace(b'{"resourceSpans": []}', "otlp_json")
+    assert caught.value.reason == "schema_violation"
 
 
 def _span(span_id: str, trace_id: str = "a" * 32) -> SpanRecord:

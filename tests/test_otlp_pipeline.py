@@ -387,3 +387,53 @@ def test_an_unmappable_trace_dead_letters_only_its_own_spans(pipeline: Pipeline,
     assert {s.trace_id for s in spans} == {bad.trace_id}
     assert len(spans) == len(bad.spans), "the bad trace's spans, and only those"
     assert len(letter.value) < len(message)
+
+
+def test_sigkill_after_traces_are_produced_but_before_spans_are_committed(
+    pipeline: Pipeline,
+) -> None:
+    """The crash window of the OTLP stage (README, Delivery guarantees): every trace was
+    assembled and produced to the traces topic and scored, but no offset was committed (the
+    commit interval is longer than the test). After SIGKILL the restarted daemon reads the spans
+    again, assembles every trace again and produces it again: nothing is lost, the store holds
+    one result and one turn per trace, the conversation's per-turn metrics are not counted
+    again; the traces topic holds each trace twice, and the per-trace counters of the new
+    process count the re-scored traces (here twice: the scoring stage had committed nothing
+    either, so it also reads the first copies again)."""
+    pipeline.create_topics()
+    rng = random.Random(41)
+    turns = concurrent_turns(8, "conv-crash", time.time_ns(), rng)
+    messages = exported_messages(turns, "otlp_proto", spans_per_message=3)
+    replica = pipeline.replica("crash", RAGMON_KAFKA__COMMIT_INTERVAL_SECONDS="3600")
+    with running(replica):
+        pipeline.produce(messages, rng)
+        wait_until(
+            lambda: replica.value("ragmon_traces_processed_total") == len(turns),
+            60,
+            "every turn scored",
+        )
+        assert replica.value("ragmon_turn_hallucination_ratio_count") == len(turns)
+        replica.kill()
+        replica.start()
+        replica.wait_ready(90)
+        # nothing was committed: the scoring stage reads the first copies again too
+        wait_until(
+            lambda: replica.value("ragmon_traces_processed_total") == 2 * len(turns),
+            90,
+            "the first copies and the traces assembled again scored",
+        )
+        rescored = replica.value("ragmon_traces_processed_total")
+        turns_counted = replica.value("ragmon_turn_hallucination_ratio_count")
+        _stop(replica)
+    check_turns(pipeline, turns, "conv-crash")
+    check_results(pipeline, turns)
+    assembled = topic_records(pipeline.bootstrap, f"{pipeline.group}.otlp-traces")
+    per_trace: dict[str, int] = {}
+    for record in assembled:
+        trace = json.loads(record.value)
+        assert "revision" not in trace["metadata"], "assembled anew: a first revision again"
+        per_trace[trace["trace_id"]] = per_trace.get(trace["trace_id"], 0) + 1
+    assert per_trace == {t.trace_id: 2 for t in turns}, "produced again after the crash"
+    assert len(topic_records(pipeline.bootstrap, pipeline.results)) >= 2 * len(turns)
+    assert rescored == 2 * len(turns), "the re-scored traces count again in the new process"
+    assert turns_counted == 0, "turns already in the store are not counted again"

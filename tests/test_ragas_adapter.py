@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.models import Context, EvaluationResult, Trace
 from tests.support.openai_server import OpenAIServer, Received, Reply
@@ -489,7 +489,7 @@ def test_without_ragas_construction_names_the_extra() -> None:
     code = (
         "import sys\n"
         "sys.modules['ragas'] = None  # as if the extra were not installed\n"
-        "from monitor.evaluate.judge_config import JudgeConfig\n"
+        "from monitor.config.judge import JudgeConfig\n"
         "from monitor.evaluate.ragas_adapter import RagasEvaluator\n"
         "from monitor.evaluate.ragas_runtime import RagasUnavailableError\n"
         "try:\n"

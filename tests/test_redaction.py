@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from monitor.evaluate.judge_config import RedactionConfig
+from monitor.config.judge import RedactionConfig
 from monitor.evaluate.redaction import Redactor, fold, luhn_ok, my_number_ok
 
 R = "[REDACTED]"

@@ -226,7 +226,7 @@ def _since() -> datetime:
 
 
 async def test_worst_answers_rank_worst_first_with_claims_and_constraints(store: Store) -> None:
-    items = await worst_answers(store, _since())
+    items = await worst_answers(store, _since(), metric="faithfulness")
     assert [i.trace_id for i in items] == ["t-worst", "t-xss", "t-secret", "t-good"]
     worst = items[0]
     assert worst.agent == "support-bot" and worst.evaluator == "heuristic"
@@ -252,14 +252,18 @@ async def test_worst_answers_rank_worst_first_with_claims_and_constraints(store:
 
 
 async def test_filters_agent_limit_and_other_metrics(store: Store) -> None:
-    billing = await worst_answers(store, _since(), agent="billing-bot")
+    billing = await worst_answers(store, _since(), agent="billing-bot", metric="faithfulness")
     assert [i.trace_id for i in billing] == ["t-xss"]
-    assert [i.trace_id for i in await worst_answers(store, _since(), limit=2)] == [
+    assert [
+        i.trace_id for i in await worst_answers(store, _since(), limit=2, metric="faithfulness")
+    ] == [
         "t-worst",
         "t-xss",
     ]
-    assert await worst_answers(store, _since(), agent="nobody") == []
-    older = await worst_answers(store, datetime.now(UTC) - timedelta(hours=4))
+    assert await worst_answers(store, _since(), agent="nobody", metric="faithfulness") == []
+    older = await worst_answers(
+        store, datetime.now(UTC) - timedelta(hours=4), metric="faithfulness"
+    )
     assert older[0].trace_id == "t-old", "a wider window reaches the older answer"
     # context_relevancy has no column of its own: ranked from the stored result document.
     relevancy = await worst_answers(store, _since(), metric="context_relevancy")
@@ -270,14 +274,14 @@ async def test_filters_agent_limit_and_other_metrics(store: Store) -> None:
 
 
 async def test_review_redacts_what_it_shows(store: Store) -> None:
-    items = await worst_answers(store, _since())
+    items = await worst_answers(store, _since(), metric="faithfulness")
     shown = json.dumps([i.to_json() for i in items], ensure_ascii=False)
     text = render_text(items)
     for output in (shown, text):
         assert EMAIL not in output and API_KEY not in output
         assert "[REDACTED]" in output
     # Without a redactor the stored text is shown as it is (the store already redacted it).
-    raw = await worst_answers(store, _since(), redactor=None)
+    raw = await worst_answers(store, _since(), redactor=None, metric="faithfulness")
     assert EMAIL in (raw[2].question or "")
 
 
@@ -294,7 +298,7 @@ def test_excerpt_cuts_at_a_word_and_marks_it() -> None:
 
 async def test_text_listing_is_worst_first_and_readable(store: Store) -> None:
     since = _since()
-    text = render_text(await worst_answers(store, since), since=since)
+    text = render_text(await worst_answers(store, since, metric="faithfulness"), since=since)
     positions = [text.index(f"trace {t}") for t in ("t-worst", "t-xss", "t-secret", "t-good")]
     assert positions == sorted(positions), text
     assert text.startswith("4 worst answers by faithfulness scored since ")
@@ -311,7 +315,7 @@ async def test_text_listing_is_worst_first_and_readable(store: Store) -> None:
 
 async def test_json_document_shape(store: Store) -> None:
     since = _since()
-    items = await worst_answers(store, since)
+    items = await worst_answers(store, since, metric="faithfulness")
     document = json.loads(
         render_json(items, ReviewQuery(since, metric="faithfulness", agent=None, worst=20))
     )
@@ -371,13 +375,18 @@ async def test_cli_prints_the_listing_and_json(
 
 async def _cli_listing_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     settings = Settings(store={"url": f"sqlite+aiosqlite:///{tmp_path / 'review.db'}"})
-    args = _cli_args("--since", "1h", "--worst", "2")
+    args = _cli_args("--since", "1h", "--worst", "2", "--metric", "faithfulness")
     assert (args.metric, args.agent, args.json) == ("faithfulness", None, False)
     assert await run_cli(args, settings) == 0
     out = capsys.readouterr().out
     assert "2 worst answers by faithfulness" in out and "trace t-worst" in out
     assert out.index("t-worst") < out.index("t-xss") and "t-secret" not in out
-    assert await run_cli(_cli_args("--agent", "billing-bot", "--json"), settings) == 0
+    assert (
+        await run_cli(
+            _cli_args("--agent", "billing-bot", "--json", "--metric", "faithfulness"), settings
+        )
+        == 0
+    )
     document = json.loads(capsys.readouterr().out)
     assert [i["trace_id"] for i in document["items"]] == ["t-xss"]
     assert await run_cli(_cli_args("--since", "yesterday"), settings) == 2
@@ -522,7 +531,9 @@ async def test_page_escapes_trace_text_and_loads_nothing(
     http: tuple[str, aiohttp.ClientSession],
 ) -> None:
     base, session = http
-    async with session.get(base + f"/review?since={SINCE}", headers=_bearer(TOKEN)) as response:
+    async with session.get(
+        base + f"/review?since={SINCE}&metric=faithfulness", headers=_bearer(TOKEN)
+    ) as response:
         assert response.status == 200
         assert response.content_type == "text/html"
         csp = response.headers["Content-Security-Policy"]
@@ -581,7 +592,10 @@ async def test_hostile_text_in_every_field_is_escaped(tmp_path: Path) -> None:
         async with (
             serve_review(lambda: store, None) as base,
             aiohttp.ClientSession() as session,
-            session.get(base + "/review", params={"since": "1h", "agent": f"a{hostile}"}) as reply,
+            session.get(
+                base + "/review",
+                params={"since": "1h", "agent": f"a{hostile}", "metric": "faithfulness"},
+            ) as reply,
         ):
             assert reply.status == 200
             html = await reply.text()
@@ -614,7 +628,9 @@ async def test_page_filters_and_bad_parameters(http: tuple[str, aiohttp.ClientSe
     # Grafana's ${__from:date:iso} (milliseconds, Z) as `since`, from a table panel's data link.
     two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
     async with session.get(
-        base + "/review.json", params={"since": two_hours_ago}, headers=auth
+        base + "/review.json",
+        params={"since": two_hours_ago, "metric": "faithfulness"},
+        headers=auth,
     ) as response:
         assert response.status == 200 and (await response.json())["count"] == 4
     for query in (
@@ -667,7 +683,7 @@ async def test_routes_without_token_and_without_store(store: Store) -> None:
         current[0] = store
         async with session.get(base + "/review") as response:
             assert response.status == 200, "no token configured: open"
-        async with session.get(base + "/review.json") as response:
+        async with session.get(base + "/review.json?metric=faithfulness") as response:
             assert (await response.json())["count"] == 4
     with pytest.raises(ValueError, match="empty"):
         add_review_routes(web.Application(), lambda: store, "  ")
@@ -702,7 +718,7 @@ async def test_trace_links_to_a_trace_viewer(store: Store) -> None:
     async with (
         serve_review(lambda: store, None, trace_url_template=template) as base,
         aiohttp.ClientSession() as session,
-        session.get(base + "/review") as response,
+        session.get(base + "/review?metric=faithfulness") as response,
     ):
         html = await response.text()
     assert 'href="https://grafana.example/explore?traceId=t-worst"' in html
@@ -724,7 +740,7 @@ async def test_review_on_postgresql_and_the_grafana_panel_query(postgres_url: st
     store = await Store.open(postgres_url)
     try:
         await seed(store)
-        items = await worst_answers(store, _since())
+        items = await worst_answers(store, _since(), metric="faithfulness")
         assert [i.trace_id for i in items] == ["t-worst", "t-xss", "t-secret", "t-good"]
         assert items[0].violated_constraints[0].constraint_id == "lang-ja"
         relevancy = await worst_answers(store, _since(), metric="context_relevancy")
@@ -818,7 +834,7 @@ async def test_near_identical_answers_are_listed_once_with_a_count(
     store = await Store.open(url)
     try:
         await _many_copies(store)
-        items = await worst_answers(store, _since(), limit=4)
+        items = await worst_answers(store, _since(), limit=4, metric="faithfulness")
         assert [(i.trace_id, i.count) for i in items] == [
             ("copy-19", 20),
             ("other-0", 1),
@@ -830,7 +846,9 @@ async def test_near_identical_answers_are_listed_once_with_a_count(
         assert similar.trace_ids[:2] == ["copy-18", "copy-17"] and len(similar.trace_ids) == 10
         assert similar.agents == ["support-bot", "support-bot-canary"]
         assert (similar.score_min, similar.score_max) == pytest.approx((0.31, 0.5))
-        ungrouped = await worst_answers(store, _since(), limit=4, group=False)
+        ungrouped = await worst_answers(
+            store, _since(), limit=4, group=False, metric="faithfulness"
+        )
         assert [i.trace_id for i in ungrouped] == ["copy-19", "copy-18", "copy-17", "copy-16"]
 
         text = render_text(items, since=_since())
@@ -838,11 +856,13 @@ async def test_near_identical_answers_are_listed_once_with_a_count(
         assert "20 near-identical answers (scores 0.31-0.50" in text
 
         async with serve_review(lambda: store, None) as base, aiohttp.ClientSession() as session:
-            async with session.get(base + "/review.json?worst=4") as response:
+            async with session.get(base + "/review.json?worst=4&metric=faithfulness") as response:
                 document = await response.json()
-            async with session.get(base + "/review?worst=4") as response:
+            async with session.get(base + "/review?worst=4&metric=faithfulness") as response:
                 html = await response.text()
-            async with session.get(base + "/review.json?worst=4&group=0") as response:
+            async with session.get(
+                base + "/review.json?worst=4&group=0&metric=faithfulness"
+            ) as response:
                 ungrouped_json = await response.json()
         assert [(i["trace_id"], i["count"]) for i in document["items"]][:2] == [
             ("copy-19", 20),
@@ -857,9 +877,17 @@ async def test_near_identical_answers_are_listed_once_with_a_count(
     capsys.readouterr()  # the store's own log lines so far
     with structlog.testing.capture_logs():
         settings = Settings(store={"url": url})
-        assert await run_cli(_cli_args("--worst", "2", "--json"), settings) == 0
+        assert (
+            await run_cli(_cli_args("--worst", "2", "--json", "--metric", "faithfulness"), settings)
+            == 0
+        )
         assert [i["count"] for i in json.loads(capsys.readouterr().out)["items"]] == [20, 1]
-        assert await run_cli(_cli_args("--worst", "2", "--no-group"), settings) == 0
+        assert (
+            await run_cli(
+                _cli_args("--worst", "2", "--no-group", "--metric", "faithfulness"), settings
+            )
+            == 0
+        )
         assert "near-identical" not in capsys.readouterr().out
 
 
@@ -876,19 +904,75 @@ async def test_since_counts_from_when_answers_were_scored(
             query="q",
             answer="a",
         )
-        assert [i.trace_id for i in await worst_answers(store, _since())] == ["replayed"]
-        assert await worst_answers(store, _since(), time="trace") == []
+        assert [
+            i.trace_id for i in await worst_answers(store, _since(), metric="faithfulness")
+        ] == ["replayed"]
+        assert await worst_answers(store, _since(), time="trace", metric="faithfulness") == []
         with pytest.raises(ValueError, match="time must be one of"):
-            await worst_answers(store, _since(), time="wall")
+            await worst_answers(store, _since(), time="wall", metric="faithfulness")
     finally:
         await store.close()
     capsys.readouterr()  # the store's own log lines so far
     with structlog.testing.capture_logs():
         settings = Settings(store={"url": url})
-        assert await run_cli(_cli_args("--since", "10m"), settings) == 0
+        assert await run_cli(_cli_args("--since", "10m", "--metric", "faithfulness"), settings) == 0
         out = capsys.readouterr().out
         assert out.startswith("1 worst answers by faithfulness scored since ")
-        assert await run_cli(_cli_args("--since", "10m", "--time", "trace"), settings) == 0
+        assert (
+            await run_cli(
+                _cli_args("--since", "10m", "--time", "trace", "--metric", "faithfulness"), settings
+            )
+            == 0
+        )
         out = capsys.readouterr().out
         assert out.startswith("No scored answers with trace time since ")
         assert "--time scored" in out
+
+
+async def test_tier_zero_support_ranks_by_default_and_faithfulness_stays_available(
+    tmp_path: Path,
+) -> None:
+    """Without a metric, /review.json, the page and the CLI rank by tier 0's headline,
+    `support` (it ranks answers better than tier 0's faithfulness ratio, and every trace has
+    one): only tier-0 results, lowest support first, whatever their faithfulness ties say.
+    `metric=faithfulness` ranks tier 0's and the judge's faithfulness together."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'review.db'}")
+    try:
+        for trace_id, scores, evaluator in (
+            (
+                "t-low-support",
+                {"support": Score.of(0.2), "faithfulness": Score.of(1.0)},
+                "heuristic",
+            ),
+            (
+                "t-high-support",
+                {"support": Score.of(0.7), "faithfulness": Score.of(0.0)},
+                "heuristic",
+            ),
+            ("t-judged", {"faithfulness": Score.of(0.1)}, "llm"),
+        ):
+            await _save(
+                store, _result(trace_id, scores, evaluator=evaluator), query="q", answer=trace_id
+            )
+        assert _cli_args().metric == "support"
+        async with serve_review(lambda: store, None) as base, aiohttp.ClientSession() as session:
+            async with session.get(base + "/review.json") as response:
+                document = await response.json()
+            assert document["metric"] == "support"
+            assert [i["trace_id"] for i in document["items"]] == ["t-low-support", "t-high-support"]
+            async with session.get(base + "/review") as response:
+                html = await response.text()
+            assert re.findall(r'data-trace-id="([^"]+)"', html) == [
+                "t-low-support",
+                "t-high-support",
+            ]
+            assert '<option value="support" selected>' in html
+            async with session.get(base + "/review.json?metric=faithfulness") as response:
+                document = await response.json()
+            assert [(i["trace_id"], i["evaluator"]) for i in document["items"]] == [
+                ("t-high-support", "heuristic"),
+                ("t-judged", "llm"),
+                ("t-low-support", "heuristic"),
+            ]
+    finally:
+        await store.close()

@@ -140,7 +140,9 @@ async def page_url(tmp_path: Path) -> AsyncIterator[str]:
 
 
 async def test_a_person_sees_the_worst_answer_first(page_url: str, tmp_path: Path) -> None:
-    dom = await run_chromium(tmp_path / "profile", "--dump-dom", f"{page_url}/review?since=1h")
+    dom = await run_chromium(
+        tmp_path / "profile", "--dump-dom", f"{page_url}/review?since=1h&metric=faithfulness"
+    )
     page = seen(dom)
     assert [a["trace_id"] for a in page.articles] == ["t-worst", "t-xss", "t-secret", "t-good"]
     assert page.articles[0]["id"] == "trace-t-worst"
@@ -187,12 +189,16 @@ async def test_token_through_the_browser(tmp_path: Path) -> None:
             await seed(store)
             async with serve_review(lambda: store, TOKEN) as base:
                 denied = seen(
-                    await run_chromium(tmp_path / "p1", "--dump-dom", f"{base}/review?since=1h")
+                    await run_chromium(
+                        tmp_path / "p1", "--dump-dom", f"{base}/review?since=1h&metric=faithfulness"
+                    )
                 )
                 host = base.removeprefix("http://")
                 allowed = seen(
                     await run_chromium(
-                        tmp_path / "p2", "--dump-dom", f"http://oncall:{TOKEN}@{host}/review"
+                        tmp_path / "p2",
+                        "--dump-dom",
+                        f"http://oncall:{TOKEN}@{host}/review?metric=faithfulness",
                     )
                 )
         finally:

@@ -125,6 +125,7 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "RagmonDeadLetters",
         "RagmonConsumerLagGrowing",
         "RagmonNoEvaluations",
+        "RagmonOtlpAssemblyShedding",
         "RagmonDaemonDown",
         "RagmonDaemonAbsent",
     }
@@ -247,6 +248,7 @@ def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
                 "tier0Support": {"minDrop": 0.2, "sigmas": 4, "minSamples": 100},
                 "golden": {"targets": {"mrr": 0.75}, "maxAgeSeconds": 7200},
                 "judge": {"errorRatio": 0.05},
+                "otlpAssembly": {"shedRatio": 0.05, "minShed": 200, "for": "1h"},
                 "daemonDown": {"selector": 'job="ragmon", namespace="rag"'},
             }
         }
@@ -267,6 +269,9 @@ def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
     assert 'metric="mrr"}) < 0.75' in rules["RagmonGoldenBelowTarget"]["expr"]
     assert "> 7200" in rules["RagmonGoldenStale"]["expr"]
     assert "> 0.05" in rules["RagmonJudgeErrorRateHigh"]["expr"]
+    shedding = rules["RagmonOtlpAssemblyShedding"]
+    assert ") > 0.05" in shedding["expr"] and "[30m])) >= 200" in shedding["expr"]
+    assert shedding["for"] == "1h" and shedding["labels"]["severity"] == "warning"
     tier0 = rules["RagmonTier0SupportDrop"]["expr"]
     assert "clamp_min(4 * agent:ragmon_tier0_support:spread1h_7d_1h_ago, 0.2)" in tier0
     assert "increase1h >= 100" in tier0

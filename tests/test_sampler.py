@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from monitor.evaluate.sampler import Sampler, SamplingConfig
+from monitor.config.scoring import SamplingConfig
+from monitor.evaluate.sampler import Sampler
 from monitor.models import Context, EvaluationResult, Score, Trace
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
@@ -67,3 +68,37 @@ def test_documents_without_text_are_no_priority_for_the_judge() -> None:
     assert sampler.decide(bare, tier0()) == "priority"
     textless = bare.model_copy(update={"contexts_without_text": 3})
     assert sampler.decide(textless, tier0()) == "skipped"
+
+
+def test_answers_tier_zero_cannot_compare_across_languages_always_go_to_the_judge() -> None:
+    """Tier 0 leaves an English answer over Japanese contexts (or one in another language
+    than its question) unmeasured: only the judge can score it, so it is always judged."""
+    from monitor.evaluate.heuristic import HeuristicEvaluator
+
+    sampler = Sampler(SamplingConfig(rate=0.0))
+    tier0_evaluator = HeuristicEvaluator()
+    across = trace("c-1").model_copy(
+        update={
+            "query": "保証期間はどのくらいですか？",
+            "contexts": [Context(id="kb-1", text="保証期間は2年です")],
+            "answer": "The warranty period is two years.",
+        }
+    )
+    result = tier0_evaluator.evaluate(across)
+    assert "cross_language" in result.flags
+    assert sampler.decide(across, result) == "priority"
+    # an answer in the question's language but not the contexts' (relevancy measured) too
+    mixed = across.model_copy(update={"query": "How long is the warranty?"})
+    result = tier0_evaluator.evaluate(mixed)
+    assert result.scores["faithfulness"].reason == "cross_language"
+    assert sampler.decide(mixed, result) == "priority"
+    # the same in one language is left to the rate
+    same = across.model_copy(update={"answer": "保証期間は2年です。"})
+    result = tier0_evaluator.evaluate(same)
+    assert "cross_language" not in result.flags
+    assert sampler.decide(same, result) == "skipped"
+    # and only the answer's language against the question's: relevancy unmeasured
+    asked_in_english = same.model_copy(update={"query": "How long is the warranty?"})
+    result = tier0_evaluator.evaluate(asked_in_english)
+    assert result.scores["answer_relevancy"].reason == "cross_language"
+    assert sampler.decide(asked_in_english, result) == "priority"

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
+from monitor.config.scoring import SamplingConfig
 from monitor.evaluate.heuristic import HeuristicEvaluator
-from monitor.evaluate.sampler import Sampler, SamplingConfig
+from monitor.evaluate.sampler import Sampler
 from monitor.export.metrics import AgentLabels
 from monitor.export.scoring_metrics import ScoringMetrics
 from monitor.models import Context, EvaluationResult, Trace

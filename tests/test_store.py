@@ -135,9 +135,12 @@ async def _migrates_a_version_1_database(url: str) -> None:
     try:
         await store.save(_result("after", 0.1, minutes_ago=60 * 24 * 3))
         hour_ago = datetime.now(UTC) - timedelta(hours=1)
-        listed = [i.trace_id for i in await worst_answers(store, hour_ago)]
+        listed = [i.trace_id for i in await worst_answers(store, hour_ago, metric="faithfulness")]
         assert listed == ["after", "before"], "scored just now; the old row by its trace time"
-        by_trace_time = [i.trace_id for i in await worst_answers(store, hour_ago, time="trace")]
+        by_trace_time = [
+            i.trace_id
+            for i in await worst_answers(store, hour_ago, time="trace", metric="faithfulness")
+        ]
         assert by_trace_time == ["before"]
     finally:
         await store.close()

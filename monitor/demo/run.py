@@ -28,13 +28,14 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pydantic import SecretStr
 
+from monitor.command import ExitCode
 from monitor.config import Settings
+from monitor.config.golden import GoldenConfig
 from monitor.daemon import Daemon, SourceSpec
 from monitor.demo.processes import ChildProcess
 from monitor.demo.prometheus import start_prometheus
 from monitor.demo.service import RagService
 from monitor.demo.traffic import TrafficGenerator
-from monitor.golden.config import GoldenConfig
 
 log = structlog.get_logger(__name__)
 
@@ -49,9 +50,6 @@ class DemoError(Exception):
 
 class BrokerDied(DemoError):
     """The embedded broker exited while the demo was running."""
-
-
-EXIT_COMPONENT_DIED = 4
 
 
 def free_port() -> int:
@@ -261,7 +259,7 @@ async def run_demo(
     on_stopping: Callable[[], None] | None = None,
     prometheus: bool = True,
     prometheus_port: int | None = None,
-) -> int:
+) -> ExitCode:
     """Run the demo until `stop` is set; returns the exit code.
 
     Raises DemoError when a part cannot start, BrokerDied when the embedded broker exits while
@@ -337,7 +335,7 @@ async def run_demo(
             if not daemon_task.done():
                 log.warning("the daemon did not stop within the shutdown deadline")
                 await _finish(daemon_task, 0)
-                return EXIT_COMPONENT_DIED
+                return ExitCode.COMPONENT_DIED
             return daemon_task.result()
         finally:
             stopping()

@@ -61,8 +61,8 @@ from openai.types.chat import (
 )
 from openai.types.chat.completion_create_params import ResponseFormat
 
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.circuit import CircuitBreaker, CircuitState
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import Endpoint, JudgeMetrics, RequestOutcome
 from monitor.evaluate.judge_prompts import MalformedOutput, Prompt
 from monitor.evaluate.openai_client import openai_clients

@@ -46,9 +46,9 @@ import structlog
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_cache import TTLCache, cache_key
 from monitor.evaluate.judge_client import CallFailure, JudgeClient
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import (
     OUTCOME_METRICS,

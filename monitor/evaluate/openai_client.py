@@ -1,6 +1,6 @@
 """The openai clients of a judge configuration: one factory for the judge, golden judges and ragas.
 
-From :class:`~monitor.evaluate.judge_config.JudgeConfig`: ``AsyncAzureOpenAI`` when
+From :class:`~monitor.config.judge.JudgeConfig`: ``AsyncAzureOpenAI`` when
 ``azure_api_version`` is set, else ``AsyncOpenAI`` on ``base_url`` (never the environment's
 ``OPENAI_BASE_URL``); the API key (``EMPTY`` when none is configured: vLLM and Ollama ignore
 it); extra headers; an explicit timeout (``timeout_seconds``, connecting within 10 s at most).
@@ -23,7 +23,7 @@ import httpx
 import openai
 from pydantic import SecretStr
 
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.judge import JudgeConfig
 
 NO_KEY = "EMPTY"  # sent when no api_key is configured (vLLM / Ollama ignore it)
 OPENAI_BASE_URL = "https://api.openai.com/v1"

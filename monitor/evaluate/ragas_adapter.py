@@ -3,7 +3,7 @@
 :class:`RagasEvaluator` (``name = "ragas"``) mirrors :class:`~monitor.evaluate.llm.LLMJudge`
 (``async evaluate(trace) -> EvaluationResult``, ``circuit_open``, ``async aclose()``) and scores
 with ``ragas.metrics.collections`` over the same OpenAI-compatible endpoint
-(:class:`~monitor.evaluate.judge_config.JudgeConfig`):
+(:class:`~monitor.config.judge.JudgeConfig`):
 
 - ``faithfulness`` -- ``Faithfulness``, run step by step (ragas's own statement-generation and
   NLI prompts) so its verdicts are kept: one :class:`~monitor.models.StatementVerdict` per
@@ -64,9 +64,9 @@ import pydantic
 import structlog
 from prometheus_client import CollectorRegistry
 
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.circuit import CircuitBreaker, CircuitState
 from monitor.evaluate.judge_client import cosine_similarity
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import truncate
 from monitor.evaluate.ragas_runtime import (

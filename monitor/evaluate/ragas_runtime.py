@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics, RequestOutcome
 from monitor.evaluate.openai_client import EventHooks, OpenAIClients, openai_clients
 from monitor.evaluate.token_budget import TokenBudget

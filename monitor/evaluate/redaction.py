@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from monitor.evaluate.judge_config import RedactionConfig
+from monitor.config.judge import RedactionConfig
 
 # One-for-one fold of full-width and typographic variants to ASCII, so patterns need one form.
 _FOLD: dict[int, int] = {cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}  # full-width ASCII

@@ -1,9 +1,10 @@
 """Which traces get the costly LLM judge, and shedding load when it falls behind.
 
 Decisions are deterministic by a hash of the conversation id (a conversation is judged whole or
-not at all), at a per-agent rate. Priority traces (negative feedback, low tier-0 faithfulness,
-no contexts) skip the rate. When the judge queue fills, the effective rate is lowered instead
-of blocking consumption, and whatever cannot be queued is shed and counted.
+not at all), at a per-agent rate. Priority traces (negative feedback, low tier-0 support, no
+contexts, an answer in another language than its contexts or question) skip the rate. When the
+judge queue fills, the effective rate is lowered instead of blocking consumption, and whatever
+cannot be queued is shed and counted.
 """
 
 from __future__ import annotations
@@ -12,29 +13,15 @@ import hashlib
 import time
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from monitor.config.scoring import SamplingConfig
 from monitor.evaluate.token_budget import TokenBudget
 from monitor.models import EvaluationResult, Trace
+
+CROSS_LANGUAGE = "cross_language"
 
 Decision = Literal["sampled", "priority", "skipped", "rate_lowered"]
 """``rate_lowered``: the configured rate would have judged the trace, the load-lowered one did
 not -- judge work shed under load, counted with the other shed reasons."""
-
-
-class SamplingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    rate: float = Field(default=0.05, ge=0, le=1, description="share of conversations judged")
-    agent_rates: dict[str, float] = Field(default_factory=dict)
-    priority_faithfulness_below: float = Field(default=0.5, ge=0, le=1)
-    priority_feedback_at_or_below: float | None = Field(
-        default=0.0, description="feedback.score at or below this always gets judged"
-    )
-    priority_no_contexts: bool = True
-    queue_size: int = Field(default=200, gt=0)
-    token_budget_per_hour: int | None = Field(default=None, gt=0)
-    min_rate_factor: float = Field(default=0.01, gt=0, le=1)
 
 
 def _unit_hash(key: str) -> float:
@@ -77,6 +64,12 @@ class Sampler:
             and trace.feedback is not None
             and trace.feedback.score is not None
             and trace.feedback.score <= threshold
+        ):
+            return True
+        # Tier 0 cannot compare words across languages (cross_language): only the judge, which
+        # reads both, can tell whether such an answer is grounded.
+        if CROSS_LANGUAGE in tier0.flags or any(
+            score.reason == CROSS_LANGUAGE for score in tier0.scores.values()
         ):
             return True
         # `support` (continuous) ranks hallucination risk better than the faithfulness ratio.

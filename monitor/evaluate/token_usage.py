@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.token_budget import TokenBudget
 from monitor.models import Usage

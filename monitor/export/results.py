@@ -6,8 +6,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from monitor.export.topics import require_topic
 from monitor.models import EvaluationResult
-from monitor.source.topics import require_topic
 
 
 class ResultsPublisher:

@@ -12,15 +12,16 @@ Measures (pure functions, no I/O):
   expected topics, no-context admission, answer language) and the :class:`AnswerJudge` hook.
 - :mod:`monitor.golden.evaluation` -- observations to per-query, per-mode and between-mode
   results; :mod:`monitor.golden.recommend` -- the tuning table.
-- :mod:`monitor.golden.measures`, :mod:`monitor.golden.jsonpath`,
-  :mod:`monitor.golden.template` -- measure names, response paths, request templates.
+- Measure names, response paths and request templates are the languages the ``golden:``
+  section is written in, so they live beside it: :mod:`monitor.config.golden.measures`,
+  :mod:`monitor.config.golden.jsonpath`, :mod:`monitor.config.golden.template`.
 
 Data and configuration:
 
 - :mod:`monitor.golden.trec` -- TREC qrels and run files.
 - :mod:`monitor.golden.dataset` -- retrieval and generation suites in
   YAML/JSONL, annotator label files; errors name file, line and field.
-- :mod:`monitor.golden.config` -- ``GoldenConfig``, the daemon's ``golden:`` section.
+- :mod:`monitor.config.golden` -- ``GoldenConfig``, the ``golden:`` section of the settings.
 - :mod:`monitor.golden.results` -- the run result (serialised as the JSON beside the report).
 
 Running and output:
@@ -30,6 +31,8 @@ Running and output:
 - :mod:`monitor.golden.report` -- the markdown report and JSON result.
 - :mod:`monitor.golden.metrics` -- the ``ragmon_golden_*`` Prometheus metrics.
 - :mod:`monitor.golden.schedule` -- cron/interval runs inside the daemon (APScheduler).
+- :mod:`monitor.golden.service` -- the scheduler and its answer judge as a service the daemon
+  starts beside consuming and stops first.
 - :mod:`monitor.golden.cli` -- ``rag-monitor golden score|run|agreement|validate``.
 
 The formulas (docs/metrics.md#retrieval) are cross-checked against

@@ -1,7 +1,7 @@
 """``rag-monitor golden ...``: score TREC runs, run suites, check annotator agreement.
 
-The main CLI calls :func:`register` with its subparsers and, for ``args.command == "golden"``,
-returns :func:`dispatch`'s exit code::
+Registered in the main CLI (:mod:`monitor.cli`) by :func:`register`; its handler is
+:func:`dispatch`::
 
     golden score --qrels FILE --run FILE [--k 5,10] [--gain exponential|linear]
                  [--tie-break trec_eval|stable] [--relevance-threshold N]
@@ -10,9 +10,10 @@ returns :func:`dispatch`'s exit code::
     golden agreement A B [--weighted] [--json]
     golden validate FILE [--kind retrieval|generation]   (kind told from the file if omitted)
 
-Exit codes: 0 success (``run``: every target of the gated modes met); 1 ``run``: a target
-missed (or unmeasured); 2 bad configuration, bad data file or bad arguments; 3 ``run``: the
-run could not complete (service unreachable, more failed queries than ``max_query_failures``).
+Exit codes (:class:`~monitor.command.ExitCode`): 0 success (``run``: every target of the
+gated modes met); 1 ``run``: a target missed (or unmeasured); 2 bad configuration, bad data
+file or bad arguments; 3 ``run``: the run could not complete (service unreachable, more failed
+queries than ``max_query_failures``).
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ import asyncio
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol, TextIO, cast
+from typing import Any, TextIO
 
-from monitor.evaluate.judge_config import JudgeConfig
+from monitor.command import ExitCode, Subparsers, set_handler
+from monitor.config import ConfigError, load_settings
 from monitor.golden import ranking, stats
 from monitor.golden.answers import AnswerJudge
-from monitor.golden.config import GoldenConfig
 from monitor.golden.dataset import (
     GenerationSuite,
     RetrievalSuite,
@@ -45,22 +45,7 @@ from monitor.golden.runner import run_suite
 from monitor.golden.schedule import report_path
 from monitor.golden.trec import GoldenDataError, TieBreak, load_qrels, load_run
 
-EXIT_OK: Final = 0
-EXIT_TARGET_MISSED: Final = 1
-EXIT_CONFIG: Final = 2
-EXIT_RUN_ERROR: Final = 3
-
 PROG = "rag-monitor golden"
-
-
-class HasGolden(Protocol):
-    """What :func:`dispatch` needs from the daemon's settings: the ``golden`` section."""
-
-    @property
-    def golden(self) -> GoldenConfig: ...
-
-
-LoadSettings = Callable[[Path | None], HasGolden]
 
 SCORE_EPILOG = """\
 conventions (monitor/golden/ranking.py and trec.py document them in full):
@@ -144,7 +129,7 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: Subparsers) -> None:
     """Add the ``golden`` command group to the main CLI's ``add_subparsers()`` object."""
     golden: argparse.ArgumentParser = subparsers.add_parser(
         "golden",
@@ -152,6 +137,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description="Golden-set evaluation of retrieval and answers"
         " (definitions: docs/metrics.md).",
     )
+    set_handler(golden, dispatch)
     sub = golden.add_subparsers(dest="golden_command", required=True, metavar="COMMAND")
 
     score = sub.add_parser(
@@ -218,7 +204,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         choices=["retrieval", "generation"],
         help="the suite's kind (default: told from the file's fields)",
     )
-    return golden
 
 
 # --------------------------------------------------------------------------- score
@@ -241,7 +226,7 @@ def score_conventions(args: argparse.Namespace) -> dict[str, Any]:
     return preset
 
 
-def _score(args: argparse.Namespace, out: TextIO) -> int:
+def _score(args: argparse.Namespace, out: TextIO) -> ExitCode:
     conv = score_conventions(args)
     tie_break: TieBreak = conv["tie_break"]
     qrels = load_qrels(args.qrels)
@@ -258,7 +243,7 @@ def _score(args: argparse.Namespace, out: TextIO) -> int:
         print(
             f"{PROG} score: no queries with both results and relevance judgments", file=sys.stderr
         )
-        return EXIT_CONFIG
+        return ExitCode.USAGE
     summary = ranking.mean_over_queries(per_query)
     names = ranking.metric_names(conv["cutoffs"])
     if args.json:
@@ -273,7 +258,7 @@ def _score(args: argparse.Namespace, out: TextIO) -> int:
         if args.per_query:
             document["per_query"] = per_query
         out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-        return EXIT_OK
+        return ExitCode.OK
     if args.per_query:
         for qid, values in per_query.items():
             for name in names:
@@ -281,7 +266,7 @@ def _score(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"{'num_q':<22}\tall\t{summary.num_q}\n")
     for name in names:
         out.write(f"{name:<22}\tall\t{summary.means[name]:.4f}\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # --------------------------------------------------------------------------- run
@@ -302,40 +287,24 @@ def _summary_line(result: RunResult) -> str:
     return text
 
 
-def _run(
-    args: argparse.Namespace,
-    load_settings: LoadSettings,
-    judge: AnswerJudge | None,
-    out: TextIO,
-) -> int:
-    from monitor.config import ConfigError
+def _run(args: argparse.Namespace, judge: AnswerJudge | None, out: TextIO) -> ExitCode:
     from monitor.logs import configure_logging
 
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
         print(f"{PROG} run: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    log_config = getattr(settings, "log", None)
-    configure_logging(getattr(log_config, "format", "auto"), getattr(log_config, "level", "info"))
-    golden = getattr(settings, "golden", None)
-    if not isinstance(golden, GoldenConfig):
-        print(f"{PROG} run: the configuration has no golden section", file=sys.stderr)
-        return EXIT_CONFIG
+        return ExitCode.USAGE
+    configure_logging(settings.log.format, settings.log.level)
+    golden = settings.golden
     try:
         suite = golden.suite(args.suite)
     except KeyError as exc:
         print(f"{PROG} run: {exc.args[0]}", file=sys.stderr)
-        return EXIT_CONFIG
+        return ExitCode.USAGE
     base_dir = args.config.resolve().parent if args.config is not None else None
-    judge_config = getattr(settings, "judge", None)
-    if (
-        judge is not None
-        or args.no_judge
-        or not golden.judge_answers
-        or not isinstance(judge_config, JudgeConfig)
-    ):
-        judge_config = None
+    use_configured_judge = judge is None and not args.no_judge and golden.judge_answers
+    judge_config = settings.judge if use_configured_judge else None
 
     async def run_once() -> RunResult:
         async with open_answer_judge(judge_config) as configured:
@@ -361,10 +330,10 @@ def _run(
         md_path, json_path = write_report(result, target)
         out.write(f"{_summary_line(result)}\nreport: {md_path}\nresult: {json_path}\n")
     if result.outcome == "passed":
-        return EXIT_OK
+        return ExitCode.OK
     if result.outcome == "failed":
-        return EXIT_TARGET_MISSED
-    return EXIT_RUN_ERROR
+        return ExitCode.TARGET_MISSED
+    return ExitCode.UNAVAILABLE
 
 
 # --------------------------------------------------------------------------- agreement
@@ -425,7 +394,7 @@ def _fmt_kappa(value: float | None, reason: str | None, name: str | None) -> str
     return f"{value:.4f} ({name})"
 
 
-def _agreement(args: argparse.Namespace, out: TextIO) -> int:
+def _agreement(args: argparse.Namespace, out: TextIO) -> ExitCode:
     labels_a = load_labels(args.a)
     labels_b = load_labels(args.b)
     report = agreement_report(labels_a, labels_b, weighted=args.weighted)
@@ -434,10 +403,10 @@ def _agreement(args: argparse.Namespace, out: TextIO) -> int:
             f"{PROG} agreement: no (query, document) pair is labelled in both files",
             file=sys.stderr,
         )
-        return EXIT_CONFIG
+        return ExitCode.USAGE
     if args.json:
         out.write(json.dumps({"a": str(args.a), "b": str(args.b), **report}, indent=2) + "\n")
-        return EXIT_OK
+        return ExitCode.OK
     out.write(
         f"items labelled by both: {report['items']} "
         f"(only in A: {report['only_in_a']}, only in B: {report['only_in_b']})\n"
@@ -464,13 +433,13 @@ def _agreement(args: argparse.Namespace, out: TextIO) -> int:
     out.write("      " + "".join(f"{g:>6}" for g in grades) + "\n")
     for grade, row in zip(grades, report["confusion"], strict=True):
         out.write(f"{grade:>6}" + "".join(f"{count:>6}" for count in row) + "\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # --------------------------------------------------------------------------- validate
 
 
-def _validate(args: argparse.Namespace, out: TextIO) -> int:
+def _validate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     kind: SuiteKind = args.kind or detect_kind(args.file)
     suite = load_suite(args.file, kind)
     categories = Counter(
@@ -479,7 +448,7 @@ def _validate(args: argparse.Namespace, out: TextIO) -> int:
     )
     text = ", ".join(f"{label} {count}" for label, count in categories.items())
     out.write(f"{args.file}: ok, {len(suite.queries)} {kind} queries ({text})\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -487,15 +456,14 @@ def _validate(args: argparse.Namespace, out: TextIO) -> int:
 
 def dispatch(
     args: argparse.Namespace,
-    load_settings: LoadSettings,
     *,
     judge: AnswerJudge | None = None,
     out: TextIO | None = None,
-) -> int:
+) -> ExitCode:
     """Run the ``golden`` subcommand in ``args``; returns the exit code.
 
-    ``load_settings`` reads the configuration (``monitor.config.load_settings``); ``judge``
-    is the answer judge for generation suites (their judge measures are unmeasured without).
+    ``judge`` is the answer judge for generation suites (default: the configured ``judge``
+    section's, when ``golden.judge_answers``); ``out`` the stream reports go to (stdout).
     """
     stream = out if out is not None else sys.stdout
     command: str = args.golden_command
@@ -503,38 +471,18 @@ def dispatch(
         if command == "score":
             return _score(args, stream)
         if command == "run":
-            return _run(args, load_settings, judge, stream)
+            return _run(args, judge, stream)
         if command == "agreement":
             return _agreement(args, stream)
         if command == "validate":
             return _validate(args, stream)
     except GoldenDataError as exc:
         print(f"{PROG} {command}: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return ExitCode.USAGE
     raise AssertionError(f"unknown golden command {command!r}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m monitor.golden.cli``) until the main CLI wires it."""
-    from monitor.config import load_settings
-
-    parser = argparse.ArgumentParser(prog="rag-monitor")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return dispatch(args, cast(LoadSettings, load_settings))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 __all__ = [
-    "EXIT_CONFIG",
-    "EXIT_OK",
-    "EXIT_RUN_ERROR",
-    "EXIT_TARGET_MISSED",
-    "HasGolden",
-    "LoadSettings",
     "agreement_report",
     "dispatch",
     "landis_koch",

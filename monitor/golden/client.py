@@ -1,7 +1,7 @@
 """HTTP client for the service under evaluation: one request per query, retries, latency.
 
-A request is built from the suite's request template (:mod:`monitor.golden.template`) and the
-response is read with its mapping (:mod:`monitor.golden.jsonpath`).
+A request is built from the suite's request template (:mod:`monitor.config.golden.template`) and the
+response is read with its mapping (:mod:`monitor.config.golden.jsonpath`).
 
 Retries (:mod:`monitor.retry`): a connection error, a timeout (``timeout_seconds`` per attempt,
 body included) or a status in ``retry_statuses`` is retried up to ``retries`` times, waiting a
@@ -28,9 +28,9 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import JsonValue
 
-from monitor.golden.config import ServiceConfig
-from monitor.golden.jsonpath import PathError, extract, parse_path
-from monitor.golden.template import TemplateError, query_parameters, render
+from monitor.config.golden import ServiceConfig
+from monitor.config.golden.jsonpath import PathError, extract, parse_path
+from monitor.config.golden.template import TemplateError, query_parameters, render
 from monitor.retry import Backoff, RetriesExhausted, RetryMetrics, RetryPolicy, parse_retry_after
 
 Kind = Literal["retrieval", "generation"]

@@ -22,6 +22,11 @@ from typing import Literal
 
 from pydantic import JsonValue
 
+from monitor.config.golden.measures import (
+    GENERATION_MEASURES,
+    from_trec_name,
+    lower_is_better,
+)
 from monitor.golden import ranking, stats
 from monitor.golden.answers import (
     JUDGE_METRICS,
@@ -34,11 +39,6 @@ from monitor.golden.answers import (
     topics_covered,
 )
 from monitor.golden.dataset import GenerationCase, RetrievalQuery, group_label
-from monitor.golden.measures import (
-    GENERATION_MEASURES,
-    from_trec_name,
-    lower_is_better,
-)
 from monitor.golden.results import (
     Comparison,
     GroupResult,

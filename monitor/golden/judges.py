@@ -41,8 +41,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
+from monitor.config.judge import JudgeConfig
 from monitor.evaluate.judge_client import CallFailure, cosine_similarity
-from monitor.evaluate.judge_config import JudgeConfig
 from monitor.evaluate.judge_metrics import JudgeMetrics
 from monitor.evaluate.judge_prompts import prompt_language, truncate
 from monitor.evaluate.judge_reference import (

@@ -1,7 +1,7 @@
 """Prometheus metrics of golden-set runs (``ragmon_golden_*``, declared in
 :mod:`monitor.metrics_catalog`).
 
-``metric`` values are the measure names of :mod:`monitor.golden.measures` (``mrr``,
+``metric`` values are the measure names of :mod:`monitor.config.golden.measures` (``mrr``,
 ``recall_5``, ``ndcg_5``, ``precision_5``, ``coverage``, ``answer_correctness``, ...). Only the
 configured modes are exported, not sweep variants (their labels are unbounded), and only
 measured values: an unmeasured measure (no judge) has no sample rather than a 0. When a later
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry
 
 from monitor import metrics_catalog as catalog
-from monitor.golden.measures import is_latency
+from monitor.config.golden.measures import is_latency
 from monitor.golden.results import RunResult
 
 _LATENCY_LABELS = {"latency_p50_ms": "p50", "latency_p95_ms": "p95", "latency_p99_ms": "p99"}

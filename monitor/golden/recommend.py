@@ -26,8 +26,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from monitor.config.golden.measures import display_name
 from monitor.golden.evaluation import best_mode
-from monitor.golden.measures import display_name
 from monitor.golden.results import Comparison, ModeResult, Recommendation
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from monitor.golden.measures import (
+from monitor.config.golden.measures import (
     GENERATION_MEASURES,
     display_name,
     is_latency,

@@ -33,9 +33,9 @@ import aiohttp
 import structlog
 from pydantic import JsonValue
 
+from monitor.config.golden import SuiteConfig
 from monitor.golden.answers import AnswerJudge
 from monitor.golden.client import ServiceClient, ServiceError, ServiceReply
-from monitor.golden.config import SuiteConfig
 from monitor.golden.dataset import (
     GenerationCase,
     GenerationSuite,

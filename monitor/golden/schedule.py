@@ -1,11 +1,11 @@
 """Runs golden-set suites on their schedules inside the daemon (APScheduler 3, asyncio).
 
-Usage in the daemon (entered with ``contextlib.AsyncExitStack``, after the store it saves to,
-so it stops first)::
+An async context manager (``start()`` on entry, ``stop()`` on exit); the daemon runs it through
+:func:`monitor.golden.service.golden_service`, which also opens the answer judge::
 
-    scheduler = GoldenScheduler(settings.golden, metrics=GoldenMetrics(registry), sink=store,
-                                judge=judge, base_dir=config_dir)
-    await stack.enter_async_context(scheduler)      # start(); stop() on exit
+    async with GoldenScheduler(settings.golden, metrics=GoldenMetrics(registry), sink=store,
+                               judge=judge, base_dir=config_dir) as scheduler:
+        ...
 
 Policy:
 
@@ -25,7 +25,8 @@ Policy:
 Every finished run is exported (:class:`~monitor.golden.metrics.GoldenMetrics`), written as a
 report (``<report_dir>/<suite>/<UTC start time>.md`` and ``.json``) when a report directory is
 configured, and handed to the :class:`GoldenRunSink` (the results store). A failing sink or
-report write is logged and does not stop the schedule.
+report write is logged (suite, error type and message, traceback) and does not stop the
+schedule.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from apscheduler.schedulers.asyncio import (  # type: ignore[import-untyped]
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 from apscheduler.triggers.interval import IntervalTrigger  # type: ignore[import-untyped]
 
+from monitor.config.golden import GoldenConfig, ScheduleConfig, SuiteConfig
 from monitor.golden.answers import AnswerJudge
-from monitor.golden.config import GoldenConfig, ScheduleConfig, SuiteConfig
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.report import write_report
 from monitor.golden.results import RunResult
@@ -212,7 +213,8 @@ class GoldenScheduler:
         """The APScheduler job: one run of suite ``name``."""
         if self._stopping:
             return
-        task = self._launch(self._config.suite(name))
+        suite = self._config.suite(name)
+        task = self._launch(suite)
         if task is None:
             return
         try:
@@ -222,8 +224,10 @@ class GoldenScheduler:
         except asyncio.CancelledError:
             if not self._stopping:
                 raise
-        except Exception:
-            pass  # _execute already logged and exported it
+        except Exception as exc:
+            # A failing run is an error result, never an exception: this is a bug in the
+            # bookkeeping around it (metrics, report, sink). Say so; the schedule goes on.
+            _log_failure("golden run bookkeeping failed", suite.name, exc)
 
     async def _execute(self, suite: SuiteConfig) -> RunResult:
         started = datetime.now(UTC)
@@ -236,7 +240,7 @@ class GoldenScheduler:
             )
             raise
         except Exception as exc:
-            log.error("golden run failed", suite=suite.name, error=str(exc))
+            _log_failure("golden run failed", suite.name, exc)
             message = f"{type(exc).__name__}: {exc}"
             result = self._error(suite, message, started, time.perf_counter() - t0)
         self._publish_metrics(result)
@@ -269,7 +273,7 @@ class GoldenScheduler:
         try:
             await asyncio.to_thread(write_report, result, report_path(directory, result))
         except OSError as exc:
-            log.error("golden report not written", suite=suite.name, error=str(exc))
+            _log_failure("golden report not written", suite.name, exc)
 
     async def _save(self, result: RunResult) -> None:
         if self._sink is None:
@@ -277,7 +281,12 @@ class GoldenScheduler:
         try:
             await self._sink.save(result)
         except Exception as exc:
-            log.error("golden run not saved", suite=result.suite, error=str(exc))
+            _log_failure("golden run not saved", result.suite, exc)
+
+
+def _log_failure(event: str, suite: str, exc: BaseException) -> None:
+    """An error line with what failed: the suite, the error's type and message, the traceback."""
+    log.error(event, suite=suite, error_type=type(exc).__name__, error=str(exc), exc_info=exc)
 
 
 __all__ = ["GoldenRunSink", "GoldenScheduler", "SuiteRunner", "make_trigger", "report_path"]

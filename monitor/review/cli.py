@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
 from monitor.agents_report import parse_since
+from monitor.command import ExitCode, Subparsers, set_handler, settings_or_exit
+from monitor.config import Settings
+from monitor.logs import configure_logging
 from monitor.review import items
 from monitor.review.queries import answers_for
 from monitor.review.render import render_json, render_text
 from monitor.store import Store, sanitized_url
 
-if TYPE_CHECKING:
-    from monitor.config import Settings
 
-EXIT_USAGE = 2
-EXIT_STORE = 3
-
-
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: Subparsers) -> None:
     """Add the `review` command to the `rag-monitor` subparsers."""
     review = subparsers.add_parser(
         "review",
@@ -59,7 +56,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     review.add_argument("--json", action="store_true", help="print JSON instead of a listing")
     review.add_argument("--config", type=Path, help="YAML configuration file")
-    return review  # type: ignore[no-any-return]
+    set_handler(review, handle)
 
 
 def _worst_count(text: str) -> int:
@@ -68,17 +65,23 @@ def _worst_count(text: str) -> int:
     return int(text)
 
 
-async def run_cli(args: argparse.Namespace, settings: Settings) -> int:
-    """`rag-monitor review`: print the worst answers; 0, or 2 (usage) or 3 (store unreadable).
+def handle(args: argparse.Namespace) -> ExitCode:
+    settings = settings_or_exit(args.config)
+    configure_logging(settings.log.format, "warning")  # logs on stderr: --json stays clean
+    return asyncio.run(run_cli(args, settings))
+
+
+async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
+    """Print the worst answers; 0, or 2 (usage) or 3 (store unreadable).
 
     The caller configures logging first (``configure_logging(settings.log.format, "warning")``,
-    as for `rag-monitor agents`), so that the store's start-up log stays quiet.
+    as :func:`handle` does), so that the store's start-up log stays quiet.
     """
     try:
         since = parse_since(args.since)
     except ValueError as exc:
         print(f"rag-monitor: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     time = items.check_time(args.time)
     query = items.ReviewQuery(since, args.metric, args.agent, args.worst, time, args.group)
     url = settings.store.url.get_secret_value()
@@ -90,19 +93,19 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> int:
             f"{_scrubbed(exc, url)}",
             file=sys.stderr,
         )
-        return EXIT_STORE
+        return ExitCode.UNAVAILABLE
     try:
         answers = await answers_for(store, query, items.review_redactor(settings))
     except Exception as exc:
         print(f"rag-monitor: cannot read the results store: {_scrubbed(exc, url)}", file=sys.stderr)
-        return EXIT_STORE
+        return ExitCode.UNAVAILABLE
     finally:
         await store.close()
     if args.json:
         print(render_json(answers, query))
     else:
         print(render_text(answers, since=since, agent=args.agent, time=time), end="")
-    return 0
+    return ExitCode.OK
 
 
 def _scrubbed(exc: BaseException, url: str) -> str:

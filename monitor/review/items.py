@@ -9,15 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from monitor.config import Settings
 from monitor.evaluate.redaction import Redactor
 from monitor.models import EvaluationResult
 from monitor.scoring import TextRedactor
 from monitor.store import SCORE_COLUMNS, TimeBasis
-
-if TYPE_CHECKING:
-    from monitor.config import Settings
 
 # Every metric an evaluator writes: the columns of the store first, then those read from the
 # stored result document.
@@ -27,7 +25,10 @@ METRICS = (
     "context_utilization",  # tier 0
     "support",  # tier 0
 )
-DEFAULT_METRIC = "faithfulness"
+# Ranked by tier 0's headline by default: every trace has it, and it ranks answers better than
+# tier 0's faithfulness ratio (README, Scoring). `faithfulness` ranks tier 0's and the judge's
+# results together.
+DEFAULT_METRIC = "support"
 ANSWER_EXCERPT_CHARS = 300
 QUESTION_CHARS = 1000
 CLAIM_CHARS = 500

@@ -13,16 +13,25 @@ and the trace is released again with the next revision (when it becomes complete
 grace period ends), so a slow part re-maps and re-scores it. Spans of a trace forgotten after its
 grace period are "late": the caller counts and drops them.
 
-Memory is bounded by trace count and bytes over pending and kept traces together: kept traces
-are forgotten first, then the oldest pending ones are released early (incomplete); every such
-shedding is reported through `on_shed`. Parts are kept as the protobuf bytes they arrived as
-(far smaller than decoded spans) and only decoded by whoever maps a release.
+Event parts (log records that belong to the trace's spans, GenAI content sent as OTLP logs) are
+held beside the span parts and handed out with them; they never make a trace complete or
+incomplete. A first release that cannot be mapped yet (its content may still come as such
+records) can be taken back with `hold`: the trace then waits, as if never released, for its next
+part or until `max_seconds` after its first part.
+
+Memory is bounded by trace count and bytes over pending, held and kept traces together: kept
+traces are forgotten first, then the oldest pending (and held) ones are released early
+(incomplete); every such shedding is reported through `on_shed`. Parts are kept as the
+protobuf bytes they arrived as (far smaller than decoded spans) and only decoded by whoever
+maps a release.
 
 Not thread-safe; `now` is any monotonic clock in seconds. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
@@ -49,9 +58,10 @@ class Release(Generic[T]):
     """A trace handed out for mapping: all its parts so far.
 
     `tokens` are the inputs to finish once what is made of this release is safely stored (the
-    parts that arrived since the previous release). `origin` is the token the trace was first seen
-    with, kept for dead-letter provenance. `start_ns` is the root span's start (the earliest
-    span's start when the root is missing).
+    parts that arrived since the previous release). `origin` is the token the trace's first span
+    part came with, kept for dead-letter provenance. `start_ns` is the root span's start (the
+    earliest span's start when the root is missing). `event_parts` are the log-record parts and
+    `note` what the caller noted about the previous release (see `TraceAssembler.note`).
     """
 
     trace_id: str
@@ -62,14 +72,20 @@ class Release(Generic[T]):
     complete: bool
     start_ns: int | None
     reason: ReleaseReason
+    event_parts: tuple[bytes, ...] = ()
+    note: Hashable = None
 
 
 class _Entry(Generic[T]):
     __slots__ = (
         "dirty",
+        "event_parts",
         "first_seen",
         "group",
+        "held",
+        "note",
         "origin",
+        "origin_is_event",
         "parents",
         "part_hashes",
         "parts",
@@ -101,6 +117,10 @@ class _Entry(Generic[T]):
         self.released_at: float | None = None
         self.revision = 0
         self.dirty = False
+        self.event_parts: list[bytes] = []
+        self.origin_is_event = False
+        self.held = False
+        self.note: Hashable = None
 
     def add_shapes(self, shapes: Iterable[SpanShape]) -> None:
         for span_id, parent, start, end in shapes:
@@ -146,12 +166,16 @@ class TraceAssembler(Generic[T]):
         self._shed: list[Release[T]] = []
         self._forgotten: OrderedDict[str, None] = OrderedDict()
         self._remember = remember_forgotten
+        # Releases taken back (see hold): trace id -> deadline, and a heap by deadline.
+        self._held: dict[str, float] = {}
+        self._held_order: list[tuple[float, int, str]] = []
+        self._held_seq = itertools.count()
         self.bytes = 0
 
     @property
     def pending(self) -> int:
-        """Traces not released yet."""
-        return len(self._pending)
+        """Traces not released yet (held ones included)."""
+        return len(self._pending) + len(self._held)
 
     @property
     def kept(self) -> int:
@@ -166,8 +190,11 @@ class TraceAssembler(Generic[T]):
         token: T,
         now: float,
         group: Hashable = None,
+        *,
+        events: bool = False,
     ) -> AddOutcome:
-        """Take one part of a trace.
+        """Take one part of a trace: spans with their shapes, or (`events`) log records that
+        belong to its spans (no shapes).
 
         "held": the token comes back in a later Release. "duplicate": the part is already here
         and the trace was released, so there is nothing to do (finish the token now). "late":
@@ -178,7 +205,10 @@ class TraceAssembler(Generic[T]):
             if trace_id in self._forgotten:
                 return "late"
             entry = self._entries[trace_id] = _Entry(trace_id, token, group, now)
+            entry.origin_is_event = events
             self._pending[trace_id] = None
+        elif entry.origin_is_event and not events:
+            entry.origin, entry.origin_is_event = token, False  # provenance: the spans' message
         digest = hash(part)
         new = digest not in entry.part_hashes
         if not new and entry.released_at is not None:
@@ -186,10 +216,11 @@ class TraceAssembler(Generic[T]):
         entry.tokens.append(token)
         if new:
             entry.part_hashes.add(digest)
-            entry.parts.append(part)
+            (entry.event_parts if events else entry.parts).append(part)
             entry.size += len(part)
             self.bytes += len(part)
-            entry.add_shapes(shapes)
+            if not events:
+                entry.add_shapes(shapes)
             if entry.released_at is not None:
                 entry.dirty = True
         if entry.complete and (entry.released_at is None or entry.dirty):
@@ -202,8 +233,17 @@ class TraceAssembler(Generic[T]):
     def pop_ready(self, now: float) -> list[Release[T]]:
         """Releases due at `now`: complete traces, traces waiting longer than `max_seconds`,
         traces shed for memory, and revisions of kept traces; forgets kept traces whose grace
-        period ended."""
+        period ended (before this call: a trace released now stays until the next one, so the
+        caller can still `hold` its release, even without a grace period)."""
         releases, self._shed = self._shed, []
+        while self._kept:
+            kept = self._entries[next(iter(self._kept))]
+            assert kept.released_at is not None
+            if now - kept.released_at < self.grace_seconds:
+                break
+            if kept.dirty:
+                releases.append(self._release(kept, "grace_end", now))
+            self._forget(kept)
         while self._ready:
             trace_id, since = next(iter(self._ready.items()))
             if now - since < self.settle_seconds:
@@ -218,15 +258,10 @@ class TraceAssembler(Generic[T]):
             if now - entry.first_seen < self.max_seconds:
                 break
             releases.append(self._release(entry, "max_wait", now))
-        while self._kept:
-            trace_id = next(iter(self._kept))
-            entry = self._entries[trace_id]
-            assert entry.released_at is not None
-            if now - entry.released_at < self.grace_seconds:
-                break
-            if entry.dirty:
-                releases.append(self._release(entry, "grace_end", now))
-            self._forget(entry)
+        while self._held_order and self._held_order[0][0] <= now:
+            deadline, _, trace_id = heapq.heappop(self._held_order)
+            if self._held.get(trace_id) == deadline:  # else released or dropped since
+                releases.append(self._release(self._entries[trace_id], "max_wait", now))
         return releases
 
     def flush(self, now: float) -> list[Release[T]]:
@@ -238,6 +273,40 @@ class TraceAssembler(Generic[T]):
                 releases.append(self._release(entry, "flush", now))
             self._forget(entry)
         return releases
+
+    def hold(self, release: Release[T], now: float) -> bool:
+        """Take back a first release that cannot be used yet (its content may still come, as
+        log records): the trace waits again, as if never released, for its next part or until
+        `max_seconds` after its first part, when it is released for good; the release's tokens
+        come back with the next release. False, and nothing changes, when that time has
+        passed, the release was not the trace's first or was forced (memory bound, flush), or
+        the trace is no longer here."""
+        entry = self._entries.get(release.trace_id)
+        deadline = (entry.first_seen if entry is not None else now) + self.max_seconds
+        if (
+            entry is None
+            or release.revision != 1
+            or entry.revision != 1
+            or release.reason in ("pending_limit", "flush")
+            or now >= deadline
+        ):
+            return False
+        entry.revision = 0
+        entry.tokens[:0] = release.tokens
+        entry.released_at = None
+        entry.dirty = False
+        self._kept.pop(entry.trace_id, None)
+        entry.held = True
+        self._held[entry.trace_id] = deadline
+        heapq.heappush(self._held_order, (deadline, next(self._held_seq), entry.trace_id))
+        return True
+
+    def note(self, trace_id: str, value: Hashable) -> None:
+        """Remember `value` with a released trace; its next release carries it as `note` (the
+        caller can tell a revision that changes nothing from one that does)."""
+        entry = self._entries.get(trace_id)
+        if entry is not None:
+            entry.note = value
 
     def drop_pending(self, keep: set[Hashable]) -> int:
         """Forget the unreleased traces of every group not in `keep` (partitions that went to
@@ -256,6 +325,9 @@ class TraceAssembler(Generic[T]):
         tokens, entry.tokens = tuple(entry.tokens), []
         entry.dirty = False
         self._ready.pop(entry.trace_id, None)
+        if entry.held:
+            entry.held = False
+            self._held.pop(entry.trace_id, None)
         if entry.released_at is None:
             self._pending.pop(entry.trace_id, None)
             entry.released_at = now
@@ -269,9 +341,11 @@ class TraceAssembler(Generic[T]):
             complete=entry.complete,
             start_ns=entry.root_start if entry.root_start is not None else entry.start,
             reason=reason,
+            event_parts=tuple(entry.event_parts),
+            note=entry.note,
         )
-        if self.grace_seconds == 0:
-            self._forget(entry)
+        # Without a grace period the trace is forgotten by the next pop_ready (not here: the
+        # caller may still `hold` this release).
         return release
 
     def _remove(self, entry: _Entry[T]) -> None:
@@ -279,6 +353,8 @@ class TraceAssembler(Generic[T]):
             return  # already gone (forgotten at release when there is no grace period)
         self._pending.pop(entry.trace_id, None)
         self._kept.pop(entry.trace_id, None)
+        self._held.pop(entry.trace_id, None)
+        entry.held = False
         self.bytes -= entry.size
 
     def _forget(self, entry: _Entry[T]) -> None:
@@ -295,13 +371,30 @@ class TraceAssembler(Generic[T]):
                     self._shed.append(self._release(entry, "grace_end", now))
                 self._forget(entry)
                 self._report("grace_limit")
-            elif self._pending:
-                entry = self._entries[next(iter(self._pending))]
+            elif self._pending or self._held:
+                entry = self._entries[self._oldest_unreleased()]
                 self._shed.append(self._release(entry, "pending_limit", now))
                 self._forget(entry)
                 self._report("pending_limit")
             else:
                 break
+
+    def _oldest_unreleased(self) -> str:
+        """The pending or held trace seen first."""
+        candidates = [next(iter(self._pending))] if self._pending else []
+        held = self._first_held()
+        if held is not None:
+            candidates.append(held)
+        return min(candidates, key=lambda trace_id: self._entries[trace_id].first_seen)
+
+    def _first_held(self) -> str | None:
+        """The held trace with the earliest deadline, which is the one seen first."""
+        while self._held_order:
+            deadline, _, trace_id = self._held_order[0]
+            if self._held.get(trace_id) == deadline:
+                return trace_id
+            heapq.heappop(self._held_order)  # released or dropped since it was held
+        return None
 
     def _report(self, reason: str) -> None:
         if self._on_shed is not None:

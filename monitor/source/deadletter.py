@@ -9,9 +9,9 @@ from typing import Any, Protocol, TextIO
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from monitor.export.topics import require_topic
 from monitor.retry import PRODUCE_BACKOFF, RetryMetrics, RetryPolicy
 from monitor.source.messages import RawMessage
-from monitor.source.topics import require_topic
 
 HEADER_PREFIX = "ragmon."
 

@@ -33,6 +33,7 @@ from monitor.source.messages import RawMessage
 from monitor.source.native import DecodeError, decode_native
 from monitor.source.offsets import OffsetTracker
 from monitor.source.otlp import OtlpFormat, detect_format
+from monitor.source.otlp_logs import detect_logs_format
 from monitor.source.otlp_stage import OtlpIntake, PartToken
 from monitor.stage import TraceProcessor
 from monitor.telemetry import context_from_headers
@@ -103,32 +104,39 @@ class Ingest:
         """Take fetched messages; returns once they are dispatched (not necessarily processed)."""
         work: list[_Work] = []
         otlp: list[tuple[RawMessage, OtlpFormat]] = []
+        logs: list[tuple[RawMessage, OtlpFormat]] = []
         consumed: dict[str, int] = {}
         decoded = 0
         for msg in messages:
             consumed[msg.topic] = consumed.get(msg.topic, 0) + 1
             self._tracker.begin(msg.tp, msg.offset)
-            item = await self._decode(msg, otlp)
+            item = await self._decode(msg, otlp, logs)
             if item is not None:
                 work.append(item)
                 decoded += msg.topic not in self._assembled_topics
         for topic, count in consumed.items():
             self._metrics.messages_consumed.labels(topic).inc(count)
-        if otlp:
+        if otlp or logs:
             if self._otlp is None:
-                for msg, _ in otlp:
+                for msg, _ in otlp + logs:
                     await self.reject(msg, DecodeError("otlp_undecodable", "OTLP input is off"))
             else:
-                await self._otlp.take(otlp)
+                if otlp:
+                    await self._otlp.take(otlp)
+                if logs:
+                    await self._otlp.take_logs(logs)
         if work:
             self._decoded_native.inc(decoded)
             await self._dispatch(work)
 
     async def _decode(
-        self, msg: RawMessage, otlp: list[tuple[RawMessage, OtlpFormat]]
+        self,
+        msg: RawMessage,
+        otlp: list[tuple[RawMessage, OtlpFormat]],
+        logs: list[tuple[RawMessage, OtlpFormat]],
     ) -> _Work | None:
         """A native trace ready to process; None when the message was rejected or is OTLP (then
-        added to `otlp`)."""
+        added to `otlp`, or to `logs` for an OTLP/JSON logs export in the `auto` format)."""
         if msg.value is not None and msg.value_size > self._max_bytes:
             error = DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
             await self.reject(msg, error)
@@ -140,6 +148,9 @@ class Ingest:
             fmt = detect_format(msg.value or b"")
             if fmt == "otlp_proto" and self._text_lines:
                 fmt = "native"  # a line of text is never protobuf: let the decoder name the fault
+            if fmt == "native" and detect_logs_format(msg.value or b"") == "otlp_json":
+                logs.append((msg, "otlp_json"))  # GenAI events as OTLP/JSON logs
+                return None
         if fmt == "otlp_json" or fmt == "otlp_proto":
             otlp.append((msg, fmt))
             return None

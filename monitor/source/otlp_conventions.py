@@ -259,6 +259,20 @@ DOCUMENTS: tuple[DocumentSource, ...] = (
     ),
     OutputDocuments("Traceloop task", "traceloop.entity.output"),
 )
+
+
+def mapped_event_names() -> frozenset[str]:
+    """Every event name the tables above read (as span events, or as OTLP log records joined
+    to their span): the log records worth forwarding from a logs topic."""
+    names: set[str] = set()
+    for source in (*INPUT_MESSAGES, *OUTPUT_MESSAGES, *DOCUMENTS):
+        if isinstance(source, EventMessages | EventDocuments):
+            names.add(source.event)
+        elif isinstance(source, RoleEvents):
+            names.update(source.events)
+    return frozenset(names)
+
+
 # Document fields inside JSON documents and LangChain documents.
 DOCUMENT_TEXT_KEYS = ("content", "text", "page_content")
 DOCUMENT_ID_KEYS = ("id", "document_id", "doc_id")

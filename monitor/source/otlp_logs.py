@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -42,8 +42,11 @@ __all__ = [
     "attach_log_events",
     "decode_otlp_logs",
     "detect_logs_format",
+    "log_event",
+    "parse_logs_request",
 ]
 
+T = TypeVar("T")
 OtlpLogsFormat = Literal["otlp_json", "otlp_proto"]
 BODY_ATTRIBUTE = "body"
 """The key a log record's body is stored under among the event's attributes (the older GenAI
@@ -78,26 +81,42 @@ def decode_otlp_logs(data: bytes, fmt: OtlpLogsFormat) -> list[LogEvent]:
     be joined to a span. Raises OtlpDecodeError (and nothing else) when the bytes are not an
     ExportLogsServiceRequest in the given format or an id is malformed.
     """
-    try:
-        if not data:
-            raise OtlpDecodeError("empty_message", "message has no value")
-        if fmt == "otlp_proto":
-            request = _parse_proto(data)
-        elif fmt == "otlp_json":
-            request = _parse_json(data)
-        else:
-            raise OtlpDecodeError("schema_violation", f"unknown OTLP format {fmt!r}")
-        if not request.resource_logs:
-            raise OtlpDecodeError(
-                "schema_violation", "no resource logs: not an ExportLogsServiceRequest"
-            )
-        return [
+    return _guarded(
+        lambda: [
             event
-            for resource_logs in request.resource_logs
+            for resource_logs in _request(data, fmt).resource_logs
             for scope_logs in resource_logs.scope_logs
             for record in scope_logs.log_records
-            if (event := _event(record)) is not None
+            if (event := log_event(record)) is not None
         ]
+    )
+
+
+def parse_logs_request(data: bytes, fmt: OtlpLogsFormat) -> ExportLogsServiceRequest:
+    """The export request a message holds; raises OtlpDecodeError (and nothing else) like
+    `decode_otlp_logs`. Record ids are not checked here (`log_event` checks them)."""
+    return _guarded(lambda: _request(data, fmt))
+
+
+def _request(data: bytes, fmt: OtlpLogsFormat) -> ExportLogsServiceRequest:
+    if not data:
+        raise OtlpDecodeError("empty_message", "message has no value")
+    if fmt == "otlp_proto":
+        request = _parse_proto(data)
+    elif fmt == "otlp_json":
+        request = _parse_json(data)
+    else:
+        raise OtlpDecodeError("schema_violation", f"unknown OTLP format {fmt!r}")
+    if not request.resource_logs:
+        raise OtlpDecodeError(
+            "schema_violation", "no resource logs: not an ExportLogsServiceRequest"
+        )
+    return request
+
+
+def _guarded(parse: Callable[[], T]) -> T:
+    try:
+        return parse()
     except OtlpDecodeError:
         raise
     except RecursionError:
@@ -150,7 +169,9 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _event(record: LogRecord) -> LogEvent | None:
+def log_event(record: LogRecord) -> LogEvent | None:
+    """The record as an event of its span; None when it names no span (an application log).
+    Raises OtlpDecodeError when an id is malformed."""
     trace_id, span_id = bytes(record.trace_id), bytes(record.span_id)
     if not any(trace_id) or not any(span_id):
         return None

@@ -5,6 +5,10 @@ The Collector's Kafka exporter puts the spans of many traces into one message an
 therefore re-keys: each message is split into one export request per trace (resource and scope
 kept, so nothing the mapping reads is lost) and produced keyed by trace id. Internal parts are
 always OTLP protobuf; dead letters are encoded back into the format the input used.
+
+Log exports (GenAI events with `event_only` content capture) are split the same way, keeping
+only the records the mapping reads (`otlp_conventions.mapped_event_names`) that name a span:
+they join that trace's spans in the assembler.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from monitor.source.assembly import SpanShape
@@ -26,8 +32,19 @@ from monitor.source.otlp import (
     OtlpFormat,
     parse_request,
 )
+from monitor.source.otlp_conventions import mapped_event_names
+from monitor.source.otlp_logs import log_event, parse_logs_request
 
-__all__ = ["TracePart", "encode_request", "merge_parts", "split_by_trace"]
+__all__ = [
+    "LogsPart",
+    "TracePart",
+    "encode_request",
+    "merge_parts",
+    "split_by_trace",
+    "split_logs_by_trace",
+]
+
+MAPPED_EVENTS = mapped_event_names()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +124,61 @@ def _subset(
             scope.scope.CopyFrom(source_scope.scope)
             scope.schema_url = source_scope.schema_url
         scope.spans.append(span)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LogsPart:
+    """The log records of one trace from one message that the mapping can use: an
+    ExportLogsServiceRequest as OTLP protobuf bytes."""
+
+    trace_id: str  # lowercase hex, 32 digits
+    data: bytes
+    records: int
+
+
+def split_logs_by_trace(data: bytes, fmt: OtlpFormat) -> list[LogsPart]:
+    """One part per trace with log records the mapping reads (GenAI events that name a span),
+    in first-seen order; [] when there are none (ordinary application logs).
+
+    Raises OtlpDecodeError when the message is not a decodable logs export or a record's ids
+    are malformed.
+    """
+    request = parse_logs_request(data, fmt)
+    groups: dict[str, list[tuple[int, int, LogRecord]]] = {}
+    for r, resource_logs in enumerate(request.resource_logs):
+        for s, scope_logs in enumerate(resource_logs.scope_logs):
+            for record in scope_logs.log_records:
+                event = log_event(record)
+                if event is not None and event.name in MAPPED_EVENTS:
+                    groups.setdefault(event.trace_id, []).append((r, s, record))
+    return [
+        LogsPart(trace_id, _logs_subset(request, records).SerializeToString(), len(records))
+        for trace_id, records in groups.items()
+    ]
+
+
+def _logs_subset(
+    request: ExportLogsServiceRequest, records: list[tuple[int, int, LogRecord]]
+) -> ExportLogsServiceRequest:
+    """A request holding only these records, each under a copy of its resource and scope."""
+    out = ExportLogsServiceRequest()
+    resources: dict[int, ResourceLogs] = {}
+    scopes: dict[tuple[int, int], ScopeLogs] = {}
+    for r, s, record in records:
+        scope = scopes.get((r, s))
+        if scope is None:
+            resource = resources.get(r)
+            if resource is None:
+                source = request.resource_logs[r]
+                resource = resources[r] = out.resource_logs.add()
+                resource.resource.CopyFrom(source.resource)
+                resource.schema_url = source.schema_url
+            source_scope = request.resource_logs[r].scope_logs[s]
+            scope = scopes[(r, s)] = resource.scope_logs.add()
+            scope.scope.CopyFrom(source_scope.scope)
+            scope.schema_url = source_scope.schema_url
+        scope.log_records.append(record)
     return out
 
 

@@ -12,6 +12,16 @@ topic:
   one), where the scoring stage reads it in order; the spans messages are finished once that
   trace is acknowledged, dead-lettered or deliberately skipped.
 
+Log exports from `kafka.otlp_logs_topics` (GenAI events that carry the prompts and answers
+with `event_only` content capture) take the same way: split per trace, keeping the records the
+mapping reads, and produced to the spans topic keyed by trace id, marked as log records by a
+header; the assembler keeps them beside the trace's spans and the mapping joins them to their
+spans (`attach_log_events`). A trace whose spans are complete before its log records arrive
+cannot be mapped yet (no question or answer): while log topics are configured it waits for
+them, up to `otlp_assembly_max_seconds` after its first part, instead of being dead-lettered.
+A re-assembly that maps to the same trace as before (log records that repeat what the spans
+said) is not produced again.
+
 The file source runs the same split and assembly in process and hands releases straight to
 scoring. A trace that cannot be mapped is dead-lettered alone: its own spans, encoded in the
 input's format, with the origin of the message it first came in.
@@ -46,7 +56,15 @@ from monitor.source.otlp import (
     detect_format,
     spans_to_trace,
 )
-from monitor.source.otlp_split import TracePart, encode_request, merge_parts, split_by_trace
+from monitor.source.otlp_logs import attach_log_events, decode_otlp_logs, detect_logs_format
+from monitor.source.otlp_split import (
+    LogsPart,
+    TracePart,
+    encode_request,
+    merge_parts,
+    split_by_trace,
+    split_logs_by_trace,
+)
 from monitor.source.writer import OutRecord, TopicWriter
 
 log = structlog.get_logger(__name__)
@@ -57,6 +75,10 @@ ORIGIN_PARTITION = HEADER_PREFIX + "original.partition"
 ORIGIN_OFFSET = HEADER_PREFIX + "original.offset"
 ORIGIN_KEY = HEADER_PREFIX + "original.key"
 REVISION_HEADER = HEADER_PREFIX + "trace.revision"
+PART_KIND_HEADER = HEADER_PREFIX + "part.kind"
+LOGS_KIND = b"logs"  # a spans-topic part holding log records, not spans
+# Mapping failures that content still to come as log records can cure.
+AWAITING_CONTENT = frozenset({"no_query", "no_answer"})
 
 Finish = Callable[[Sequence[RawMessage]], None]
 Reject = Callable[[RawMessage, DecodeError], Awaitable[None]]
@@ -79,6 +101,8 @@ class OtlpIntake(Protocol):
 
     async def take(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None: ...
 
+    async def take_logs(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None: ...
+
     async def tick(self) -> None: ...
 
     async def flush(self) -> None: ...
@@ -95,8 +119,9 @@ class OtlpMetrics:
 # ------------------------------------------------------------------------------ provenance
 
 
-def part_headers(msg: RawMessage, fmt: OtlpFormat) -> list[tuple[str, bytes]]:
-    """Headers of a part on the spans topic: the input's own, then where it came from."""
+def part_headers(msg: RawMessage, fmt: OtlpFormat, logs: bool = False) -> list[tuple[str, bytes]]:
+    """Headers of a part on the spans topic: the input's own, then where it came from (and,
+    for log records, what it holds)."""
     kept = [(k, v) for k, v in msg.headers if not k.startswith(HEADER_PREFIX)]
     ours = [
         (ORIGIN_TOPIC, msg.topic.encode()),
@@ -106,7 +131,14 @@ def part_headers(msg: RawMessage, fmt: OtlpFormat) -> list[tuple[str, bytes]]:
     ]
     if msg.key is not None:
         ours.append((ORIGIN_KEY, msg.key))
+    if logs:
+        ours.append((PART_KIND_HEADER, LOGS_KIND))
     return kept + ours
+
+
+def holds_logs(msg: RawMessage) -> bool:
+    """A spans-topic message carrying log records."""
+    return any(k == PART_KIND_HEADER and v == LOGS_KIND for k, v in msg.headers)
 
 
 def part_token(msg: RawMessage) -> PartToken:
@@ -186,13 +218,18 @@ class Assembly:
         dead_letters: DeadLetterSink,
         output: AssembledOutput,
         finish: Finish,
+        awaits_events: bool = False,
     ) -> None:
+        """`awaits_events`: log records may bring a trace's content after its spans (log topics
+        are read), so a trace that cannot be mapped for want of a question or answer waits."""
         self._metrics = metrics
         self._otlp = otlp_metrics
         self._dead_letters = dead_letters
         self._output = output
         self._finish = finish
         self._max_bytes = kafka.max_message_bytes
+        self._plain_llm_calls = kafka.otlp_score_plain_llm_calls
+        self._awaits_events = awaits_events
         self._assembler: TraceAssembler[PartToken] = TraceAssembler(
             max_seconds=kafka.otlp_assembly_max_seconds,
             grace_seconds=kafka.otlp_late_span_grace_seconds,
@@ -203,6 +240,7 @@ class Assembly:
         )
         self._late = metrics.traces_skipped.labels("otlp_late_spans")
         self._not_rag = metrics.traces_skipped.labels("otlp_not_rag")
+        self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
         self._decoded = metrics.traces_decoded.labels("otlp")
 
     @property
@@ -211,6 +249,15 @@ class Assembly:
 
     def add(self, part: TracePart, token: PartToken, now: float, group: Hashable = None) -> None:
         outcome = self._assembler.add(part.trace_id, part.data, part.shapes, token, now, group)
+        self._added(outcome, token)
+
+    def add_events(
+        self, part: LogsPart, token: PartToken, now: float, group: Hashable = None
+    ) -> None:
+        outcome = self._assembler.add(part.trace_id, part.data, (), token, now, group, events=True)
+        self._added(outcome, token)
+
+    def _added(self, outcome: str, token: PartToken) -> None:
         if outcome == "late":
             self._late.inc()
             self._finish([token.message])
@@ -218,55 +265,94 @@ class Assembly:
             self._finish([token.message])
 
     async def tick(self, now: float | None = None) -> None:
-        await self._handle(self._assembler.pop_ready(time.monotonic() if now is None else now))
+        now = time.monotonic() if now is None else now
+        await self._handle(self._assembler.pop_ready(now), now)
 
     async def flush(self) -> None:
-        await self._handle(self._assembler.flush(time.monotonic()))
+        now = time.monotonic()
+        await self._handle(self._assembler.flush(now), now, final=True)
 
     def drop_pending(self, keep: set[Hashable]) -> int:
         dropped = self._assembler.drop_pending(keep)
         self._update_gauges()
         return dropped
 
-    async def _handle(self, releases: list[Release[PartToken]]) -> None:
+    async def _handle(
+        self, releases: list[Release[PartToken]], now: float, final: bool = False
+    ) -> None:
         traces: list[tuple[Trace, Release[PartToken]]] = []
+        notes: list[tuple[str, int]] = []
         for release in releases:
-            outcome = (
-                "revised"
-                if release.revision > 1
-                else ("complete" if release.complete else "incomplete")
-            )
-            self._otlp.released.labels(outcome).inc()
-            log.debug(
-                "trace released",
-                trace_id=release.trace_id,
-                revision=release.revision,
-                reason=release.reason,
-                complete=release.complete,
-                parts=len(release.parts),
-            )
             tokens = [t.message for t in release.tokens]
+            if not release.parts:  # log records whose spans never came
+                self._no_spans.inc()
+                self._finish(tokens)
+                continue
             try:
-                spans = decode_otlp(merge_parts(list(release.parts)), "otlp_proto")
-                result = spans_to_trace(spans)
+                result = self._map(release)
             except OtlpDecodeError as exc:
+                self._count_release(release)
                 await self._reject(release, "otlp_undecodable", exc)
                 self._finish(tokens)
                 continue
             except OtlpMappingError as exc:
+                if (
+                    self._awaits_events
+                    and not final
+                    and exc.reason in AWAITING_CONTENT
+                    and self._assembler.hold(release, now)
+                ):
+                    log.debug("trace waits for its log records", trace_id=release.trace_id)
+                    continue
+                self._count_release(release)
                 await self._reject(release, "otlp_unmappable", exc)
                 self._finish(tokens)
                 continue
             if result is None:
+                self._count_release(release)
                 self._not_rag.inc()
                 self._finish(tokens)
                 continue
+            digest = hash((result.model_dump_json(), release.complete, release.start_ns))
+            if release.revision > 1 and release.note == digest:
+                log.debug("re-assembly changes nothing", trace_id=release.trace_id)
+                self._finish(tokens)  # already produced as it is: not released again
+                continue
+            self._count_release(release)
             if release.revision == 1:
                 self._decoded.inc()
             traces.append((stamp(result, release), release))
+            notes.append((release.trace_id, digest))
         if traces:
             await self._output(traces)
+            for trace_id, digest in notes:
+                self._assembler.note(trace_id, digest)
         self._update_gauges()
+
+    def _map(self, release: Release[PartToken]) -> Trace | None:
+        """The release as a trace: its spans, with its log records joined to them as events."""
+        spans = decode_otlp(merge_parts(list(release.parts)), "otlp_proto")
+        if release.event_parts:
+            events = decode_otlp_logs(merge_parts(list(release.event_parts)), "otlp_proto")
+            spans = attach_log_events(spans, events)
+        return spans_to_trace(spans, score_plain_llm_calls=self._plain_llm_calls)
+
+    def _count_release(self, release: Release[PartToken]) -> None:
+        outcome = (
+            "revised"
+            if release.revision > 1
+            else ("complete" if release.complete else "incomplete")
+        )
+        self._otlp.released.labels(outcome).inc()
+        log.debug(
+            "trace released",
+            trace_id=release.trace_id,
+            revision=release.revision,
+            reason=release.reason,
+            complete=release.complete,
+            parts=len(release.parts),
+            event_parts=len(release.event_parts),
+        )
 
     async def _reject(self, release: Release[PartToken], reason: str, error: Exception) -> None:
         await dead_letter_release(
@@ -282,6 +368,13 @@ class Assembly:
 def split_or_reject(msg: RawMessage, fmt: OtlpFormat) -> list[TracePart] | DecodeError:
     try:
         return split_by_trace(msg.value or b"", fmt)
+    except OtlpDecodeError as exc:
+        return DecodeError("otlp_undecodable", str(exc))
+
+
+def split_logs_or_reject(msg: RawMessage, fmt: OtlpFormat) -> list[LogsPart] | DecodeError:
+    try:
+        return split_logs_by_trace(msg.value or b"", fmt)
     except OtlpDecodeError as exc:
         return DecodeError("otlp_undecodable", str(exc))
 
@@ -312,6 +405,21 @@ class LocalIntake:
             token = PartToken(msg, msg, fmt)
             for part in parts:
                 self._assembly.add(part, token, now)
+
+    async def take_logs(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None:
+        now = time.monotonic()
+        for msg, fmt in messages:
+            parts = split_logs_or_reject(msg, fmt)
+            if isinstance(parts, DecodeError):
+                await self._reject(msg, parts)
+                continue
+            if not parts:  # no record the mapping reads
+                self._tracker.finish(msg.tp, msg.offset)
+                continue
+            self._tracker.add_units(msg.tp, msg.offset, len(parts) - 1)
+            token = PartToken(msg, msg, fmt)
+            for part in parts:
+                self._assembly.add_events(part, token, now)
 
     async def tick(self) -> None:
         await self._assembly.tick()
@@ -350,6 +458,24 @@ class SpanForwarder:
                 self._finish([msg])
                 continue
             headers = part_headers(msg, fmt)
+            records += [
+                OutRecord(self._topic, part.trace_id.encode(), part.data, headers) for part in parts
+            ]
+            done.append(msg)
+        if records:
+            await self._writer.send_all(records)
+        self._finish(done)
+
+    async def take_logs(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None:
+        """Log exports: the records the mapping reads, per trace, to the spans topic."""
+        records: list[OutRecord] = []
+        done: list[RawMessage] = []
+        for msg, fmt in messages:
+            parts = split_logs_or_reject(msg, fmt)
+            if isinstance(parts, DecodeError):
+                await self._reject(msg, parts)
+                continue
+            headers = part_headers(msg, fmt, logs=True)
             records += [
                 OutRecord(self._topic, part.trace_id.encode(), part.data, headers) for part in parts
             ]
@@ -465,7 +591,9 @@ class KafkaOtlpStage:
             dead_letters=dead_letters,
             output=self.output,
             finish=self._finish,
+            awaits_events=bool(kafka.otlp_logs_topics),
         )
+        self._logs_topics = frozenset(kafka.otlp_logs_topics)
         self.forwarder = SpanForwarder(
             writer, self.spans_topic, metrics, self._finish, self._reject
         )
@@ -481,6 +609,7 @@ class KafkaOtlpStage:
     async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
         now = time.monotonic()
         raw: list[tuple[RawMessage, OtlpFormat]] = []
+        logs: list[tuple[RawMessage, OtlpFormat]] = []
         native: list[tuple[RawMessage, Trace]] = []
         consumed: dict[str, int] = {}
         self._busy = {msg.tp for msg in messages}
@@ -497,6 +626,9 @@ class KafkaOtlpStage:
                     await self._reject(
                         msg, DecodeError("too_large", f"{size} bytes, limit {limit}")
                     )
+                    continue
+                if msg.topic in self._logs_topics:
+                    logs.append((msg, self._logs_format(msg)))
                     continue
                 fmt = (
                     self._kafka.format
@@ -516,6 +648,8 @@ class KafkaOtlpStage:
                 self._metrics.messages_consumed.labels(topic).inc(count)
             if raw:
                 await self.forwarder.take(raw)
+            if logs:
+                await self.forwarder.take_logs(logs)
             if native:
                 self._decoded_native.inc(len(native))
                 await self.output.forward_native(native)
@@ -523,7 +657,15 @@ class KafkaOtlpStage:
         finally:
             self._busy = set()
 
+    def _logs_format(self, msg: RawMessage) -> OtlpFormat:
+        if self._kafka.format in ("otlp_json", "otlp_proto"):
+            return "otlp_json" if self._kafka.format == "otlp_json" else "otlp_proto"
+        return detect_logs_format(msg.value or b"")
+
     async def _take_part(self, msg: RawMessage, now: float) -> None:
+        if holds_logs(msg):
+            await self._take_logs_part(msg, now)
+            return
         parts = split_or_reject(msg, "otlp_proto")
         if isinstance(parts, DecodeError):
             await self._reject(msg, parts)
@@ -536,6 +678,19 @@ class KafkaOtlpStage:
         token = part_token(msg)
         for part in parts:
             self.assembly.add(part, token, now, group=msg.tp)
+
+    async def _take_logs_part(self, msg: RawMessage, now: float) -> None:
+        parts = split_logs_or_reject(msg, "otlp_proto")
+        if isinstance(parts, DecodeError):
+            await self._reject(msg, parts)
+            return
+        if not parts:
+            self._finish([msg])
+            return
+        self._tracker.add_units(msg.tp, msg.offset, len(parts) - 1)
+        token = part_token(msg)
+        for part in parts:
+            self.assembly.add_events(part, token, now, group=msg.tp)
 
     async def tick(self) -> None:
         if not self._rebalancing:

@@ -1,9 +1,10 @@
 """Which topics a configuration needs, and creating them (`rag-monitor topics create`).
 
-Input topics (`kafka.topics`, `kafka.otlp_topics`) and the results topic get
-`kafka.topic_partitions` partitions, the two internal topics of the OTLP stage (spans keyed by
-trace id, assembled traces keyed by conversation id) `kafka.internal_partitions`, all of them
-`kafka.retention_ms`; the dead-letter topic one partition and the longer `kafka.dlq_retention_ms`.
+Input topics (`kafka.topics`, `kafka.otlp_topics`, `kafka.otlp_logs_topics`) and the results
+topic get `kafka.topic_partitions` partitions, the two internal topics of the OTLP stage (span
+and log-record parts keyed by trace id, assembled traces keyed by conversation id)
+`kafka.internal_partitions`, all of them `kafka.retention_ms`; the dead-letter topic one
+partition and the longer `kafka.dlq_retention_ms`.
 The daemon creates its internal topics itself when they are missing (it owns them, as a Kafka
 Streams application owns its repartition topics); every other topic it only checks.
 """
@@ -19,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
 
 from monitor.config import Settings, aiokafka_security_kwargs
-from monitor.source.topics import MissingTopicError
+from monitor.export.topics import MissingTopicError
 from monitor.source.writer import RECORD_OVERHEAD_BYTES
 
 TOPIC_ALREADY_EXISTS = 36
@@ -63,6 +64,16 @@ def needed_topics(settings: Settings) -> list[TopicSpec]:
         )
         for name in kafka.otlp_topics
     ]
+    specs += [
+        TopicSpec(
+            name,
+            "kafka.otlp_logs_topics",
+            kafka.topic_partitions,
+            "OTLP log exports (GenAI events)",
+            configs=retention,
+        )
+        for name in kafka.otlp_logs_topics
+    ]
     if kafka.otlp_stage_enabled:
         specs += internal_topics(settings)
     specs.append(
@@ -99,7 +110,7 @@ def internal_topics(settings: Settings) -> list[TopicSpec]:
             kafka.effective_spans_topic,
             "kafka.spans_topic",
             kafka.internal_partitions,
-            "spans split per trace, keyed by trace id (OTLP stage)",
+            "spans and log records split per trace, keyed by trace id (OTLP stage)",
             internal=True,
             configs=configs,
         ),

@@ -412,6 +412,28 @@ severity: {{ .severity }}
         runbook_url: {{ printf "%s/RagmonNoEvaluations.md" $base }}
 {{- end }}
 {{- end }}
+{{- with $a.otlpAssembly }}
+{{- if .enabled }}
+    - alert: RagmonOtlpAssemblyShedding
+      expr: |-
+        (
+          sum by (reason) (rate(ragmon_otlp_assembly_shed_total[30m]))
+          / on () group_left ()
+          sum (rate(ragmon_otlp_traces_released_total{outcome=~"complete|incomplete"}[30m]))
+        ) > {{ .shedRatio }}
+        and
+        sum by (reason) (increase(ragmon_otlp_assembly_shed_total[30m])) >= {{ .minShed }}
+        and
+        sum by (reason) (increase(ragmon_otlp_assembly_shed_total[5m])) > 0
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'The OTLP assembler is shedding traces ({{`{{ $labels.reason }}`}})'
+        description: 'Over 30 minutes the OTLP stage shed traces at its memory bound (kafka.otlp_max_pending_traces or _bytes) with reason {{`{{ $labels.reason }}`}} at {{`{{ $value | humanizePercentage }}`}} of the rate it released traces (threshold {{ .shedRatio }}, at least {{ .minShed }} shed), and it kept shedding for {{ .for }}. pending_limit: traces released before they were whole, scored with the incomplete_trace flag; grace_limit: traces forgotten before their late spans could arrive.'
+        runbook_url: {{ printf "%s/RagmonOtlpAssemblyShedding.md" $base }}
+{{- end }}
+{{- end }}
 {{- with $a.daemonDown }}
 {{- if .enabled }}
 - name: ragmon-alerts-availability

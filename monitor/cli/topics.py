@@ -4,39 +4,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from monitor.config import Settings
+from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
 from monitor.source.topic_admin import TopicOutcome, create_topics, needed_topics
 
-EXIT_FAILED = 3
 
-
-def register(sub: Any) -> None:
-    topics = sub.add_parser("topics", help="the Kafka topics the configuration needs")
+def register(subparsers: Subparsers) -> None:
+    topics = subparsers.add_parser("topics", help="the Kafka topics the configuration needs")
     commands = topics.add_subparsers(dest="topics_command", required=True)
     create = commands.add_parser(
         "create",
         help="create every topic the configuration needs (existing ones are left as they are)",
     )
     create.add_argument("--config", type=Path, help="YAML configuration file")
+    set_handler(create, create_needed)
 
 
-def dispatch(args: argparse.Namespace, load: Callable[[Path | None], Settings]) -> int:
-    settings = load(args.config)
+def create_needed(args: argparse.Namespace) -> ExitCode:
+    settings = settings_or_exit(args.config)
     try:
         outcomes = asyncio.run(create_topics(settings, needed_topics(settings)))
     except (KafkaError, OSError) as exc:
-        print(f"rag-monitor: cannot reach Kafka: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(f"cannot reach Kafka: {type(exc).__name__}: {exc}", ExitCode.UNAVAILABLE)
     for outcome in outcomes:
         print(_line(outcome))
-    return EXIT_FAILED if any(o.error or o.partitions is None for o in outcomes) else 0
+    failed = any(o.error or o.partitions is None for o in outcomes)
+    return ExitCode.UNAVAILABLE if failed else ExitCode.OK
 
 
 def _line(outcome: TopicOutcome) -> str:

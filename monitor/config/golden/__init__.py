@@ -25,18 +25,18 @@ list is JSON in ``RAGMON_GOLDEN__SUITES``). Unknown keys are errors. Example::
           sweeps: {alpha: [0.0, 0.1, 0.3, 0.5, 0.7, 1.0]}
           schedule: {cron: "0 3 * * *"}
 
-Request templates: see :mod:`monitor.golden.template`. Variables: ``query`` (the query, or the
-question of a generation case; also ``question``), ``query_id``, ``top_k``, ``contexts`` (a
+Request templates: see :mod:`monitor.config.golden.template`. Variables: ``query`` (the query,
+or the question of a generation case; also ``question``), ``query_id``, ``top_k``, ``contexts`` (a
 generation case's contexts, ``null`` for live retrieval), ``language``, ``params`` (all of the
 mode's parameters as one object) and every parameter by name. Without a template the body is
 ``{"query": ..., "top_k": ..., <parameters>}`` (retrieval) or ``{"query": ..., "contexts": ...,
 <parameters>}`` (generation). ``GET`` sends the rendered template as URL query parameters.
 
-Response mapping: JSONPath-lite paths (:mod:`monitor.golden.jsonpath`) to the ranked document
+Response mapping: JSONPath-lite paths (:mod:`monitor.config.golden.jsonpath`) to the ranked document
 ids (retrieval; required), the answer (generation; required) and the contexts used
 (generation; optional, texts).
 
-Targets: measure name (:mod:`monitor.golden.measures`) -> threshold; latency and bad-outcome
+Targets: measure name (:mod:`monitor.config.golden.measures`) -> threshold; latency and bad-outcome
 rates must stay at or below theirs, everything else at or above. Retrieval defaults are seed
 000's: MRR >= 0.70, Recall@5 >= 0.80, NDCG@5 >= 0.70, P50 <= 200 ms, P95 <= 300 ms.
 Generation defaults (docs/metrics.md#answer-checks): no ``must_not_contain`` violation, every
@@ -52,8 +52,6 @@ from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     JsonValue,
     SecretStr,
@@ -61,9 +59,10 @@ from pydantic import (
     model_validator,
 )
 
-from monitor.golden.jsonpath import parse_path
-from monitor.golden.measures import is_latency, known_measure
-from monitor.golden.template import placeholders
+from monitor.config.base import Section
+from monitor.config.golden.jsonpath import parse_path
+from monitor.config.golden.measures import is_latency, known_measure
+from monitor.config.golden.template import placeholders
 
 DEFAULT_RETRIEVAL_TARGETS: Final[dict[str, float]] = {
     "mrr": 0.70,
@@ -87,11 +86,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _MODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,31}$")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
-
-
-class ResponseMapping(_Section):
+class ResponseMapping(Section):
     """Where the service's JSON response holds what the runner needs."""
 
     doc_ids: str | None = Field(
@@ -110,7 +105,7 @@ class ResponseMapping(_Section):
         return value
 
 
-class ServiceConfig(_Section):
+class ServiceConfig(Section):
     """The HTTP endpoint a suite runs against."""
 
     url: str
@@ -155,14 +150,14 @@ class ServiceConfig(_Section):
         return value
 
 
-class ModeConfig(_Section):
+class ModeConfig(Section):
     """One retrieval mode (A-E, say) or pipeline variant: its request parameters."""
 
     description: str | None = None
     params: dict[str, JsonValue] = Field(default_factory=dict)
 
 
-class ScheduleConfig(_Section):
+class ScheduleConfig(Section):
     """When the daemon runs a suite: a cron expression or a fixed interval (exactly one).
 
     Missed runs: a suite never runs twice at once (``max_instances=1``); a run time that comes
@@ -203,7 +198,7 @@ def _default_primary(kind: str, cutoffs: list[int]) -> str:
     return f"ndcg_{5 if 5 in cutoffs else cutoffs[0]}"
 
 
-class SuiteConfig(_Section):
+class SuiteConfig(Section):
     """One golden-set suite: a dataset, the service to run it against, modes, targets."""
 
     name: str = Field(description="suite label (metrics, reports); [A-Za-z0-9_.-]")
@@ -415,7 +410,7 @@ class SuiteConfig(_Section):
         return base_dir / self.dataset
 
 
-class GoldenConfig(_Section):
+class GoldenConfig(Section):
     """``golden:`` -- the suites the daemon schedules and ``rag-monitor golden run`` runs."""
 
     suites: list[SuiteConfig] = Field(default_factory=list)

@@ -1,4 +1,4 @@
-"""Configuration of the tier-1 LLM judge (mounted as ``judge`` in :class:`monitor.config.Settings`).
+"""``judge:`` -- the tier-1 LLM judge's endpoint, limits and redaction.
 
 Environment names follow the settings convention: ``RAGMON_JUDGE__BASE_URL``,
 ``RAGMON_JUDGE__MODEL``, ``RAGMON_JUDGE__API_KEY``, ``RAGMON_JUDGE__EXTRA_HEADERS`` (JSON object),
@@ -13,14 +13,12 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from monitor.config.base import Section
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
-
-
-class RedactionConfig(_Section):
+class RedactionConfig(Section):
     """What is removed from trace text before it is sent to the judge (on by default)."""
 
     enabled: bool = True
@@ -43,7 +41,7 @@ class RedactionConfig(_Section):
         return patterns
 
 
-class JudgeConfig(_Section):
+class JudgeConfig(Section):
     """An OpenAI-compatible chat endpoint (OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp)."""
 
     enabled: bool = Field(

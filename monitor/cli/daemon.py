@@ -1,0 +1,131 @@
+"""`rag-monitor run`: the daemon, reading Kafka or replaying a file, until a signal stops it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+from aiokafka.errors import KafkaError
+
+from monitor.command import ExitCode, Subparsers, fail, program_name, set_handler, settings_or_exit
+from monitor.export.topics import MissingTopicError
+from monitor.logs import configure_logging
+
+if TYPE_CHECKING:  # the daemon's wiring is imported when `run` runs, not for every command
+    from monitor.daemon import Daemon
+
+
+def register(subparsers: Subparsers) -> None:
+    run = subparsers.add_parser("run", help="run the daemon")
+    run.add_argument("--config", type=Path, help="YAML configuration file")
+    run.add_argument(
+        "--source",
+        default="kafka",
+        help="'kafka' (default: the configured topics) or 'file:PATH.jsonl' ('file:-' for stdin,"
+        " read line by line as it arrives); a file replay prints a summary at its end",
+    )
+    set_handler(run, handle)
+
+
+def handle(args: argparse.Namespace) -> ExitCode:
+    from monitor.daemon import Daemon, SourceSpec
+    from monitor.export.http import HttpBindError
+    from monitor.source.file import SourceReadError, input_problem
+
+    config: Path | None = args.config
+    settings = settings_or_exit(config)
+    try:
+        source = SourceSpec.parse(args.source)
+    except ValueError as exc:
+        return fail(str(exc), ExitCode.USAGE)
+    if source.kind == "file":
+        assert source.path is not None
+        problem = input_problem(source.path)
+        if problem is not None:
+            return fail(f"--source file:{problem}", ExitCode.USAGE)
+    configure_logging(settings.log.format, settings.log.level)
+    daemon = Daemon(settings, source, config_dir=config.parent if config is not None else None)
+    log = structlog.get_logger("monitor.cli")
+    try:
+        code = asyncio.run(_serve(daemon))
+    except HttpBindError as exc:
+        log.error("cannot start", error=str(exc))
+        return fail(
+            f"{exc}; set http.port (RAGMON_HTTP__PORT) or http.host (RAGMON_HTTP__HOST)",
+            ExitCode.UNAVAILABLE,
+        )
+    except SourceReadError as exc:
+        log.error("cannot read the source", error=str(exc))
+        return fail(f"{exc} (--source)", ExitCode.USAGE)
+    except MissingTopicError as exc:
+        log.error("cannot start", error=str(exc))
+        return fail(str(exc), ExitCode.UNAVAILABLE)
+    except (KafkaError, OSError) as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        log.error("cannot start", error=detail)
+        if source.kind == "file":
+            return fail(f"cannot start: {detail}", ExitCode.UNAVAILABLE)
+        # Unreachable brokers, rejected credentials, an untrusted certificate. aiokafka's
+        # messages name the broker and the failure, never the password.
+        return fail(
+            f"cannot connect to Kafka ({settings.kafka.bootstrap_servers}):"
+            f" {detail}; check kafka.bootstrap_servers (RAGMON_KAFKA__BOOTSTRAP_SERVERS)"
+            " and the kafka.security settings",
+            ExitCode.UNAVAILABLE,
+        )
+    if source.kind == "file":
+        print(replay_summary(daemon, source.path or "-"))
+    return code
+
+
+def replay_summary(daemon: Daemon, path: str) -> str:
+    """The one-paragraph account of a file replay (the same shape as `score` prints)."""
+    from monitor.offline import RunSummary, samples_by_name
+
+    registry = daemon.metrics.registry
+    summary = RunSummary.from_registry(registry, judge_active=daemon.settings.judge.active)
+    lines = int(sum(v for _, v in samples_by_name(registry)["ragmon_messages_consumed_total"]))
+    dead = sum(summary.dead_letters.values())
+    skipped = sum(summary.skipped.values())
+    label = "stdin" if path == "-" else path
+    head = f"replayed {lines} lines of {label}: {summary.processed} traces scored"
+    if summary.processing_errors:
+        head += f", {summary.processing_errors} failed"
+    head += f", {dead} dead-lettered"
+    if dead:
+        head += " (" + ", ".join(f"{r} {n}" for (r,), n in sorted(summary.dead_letters.items()))
+        head += ")"
+    if skipped:
+        head += f", {skipped} skipped"
+    text = summary.render(head)
+    if daemon.settings.store.enabled and summary.processed:
+        text += (
+            f"\n  the worst of them: {program_name()} review --since 15m"
+            " (--since counts from when traces were scored)"
+        )
+    return text
+
+
+async def _serve(daemon: Daemon) -> ExitCode:
+    log = structlog.get_logger("monitor.cli")
+    loop = asyncio.get_running_loop()
+    signals_seen = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            log.warning("second signal; exiting at once", signal=signal.Signals(signum).name)
+            os._exit(ExitCode.FORCED)
+        daemon.request_stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    code = await daemon.run()
+    log.info("stopped", exit_code=code)
+    return code
