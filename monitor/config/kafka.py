@@ -25,6 +25,11 @@ class KafkaConfig(Section):
     otlp_topics: list[str] = Field(
         default_factory=list, description="topics the OpenTelemetry Collector writes spans to"
     )
+    otlp_logs_topics: list[str] = Field(
+        default_factory=list,
+        description="topics the OpenTelemetry Collector writes logs to: GenAI events that carry "
+        "the content of `event_only` capture, joined to their spans",
+    )
     topics: list[str] = Field(
         default_factory=lambda: ["rag_traces"],
         description="native trace topics; may be empty when otlp_topics is set",
@@ -93,6 +98,11 @@ class KafkaConfig(Section):
     )
     otlp_max_pending_traces: int = Field(default=10_000, gt=0)
     otlp_max_pending_bytes: int = Field(default=256 * 2**20, gt=0)
+    otlp_score_plain_llm_calls: bool = Field(
+        default=False,
+        description="score OTLP traces that are plain LLM calls (no retrieval, and no pipeline "
+        "span or no conversation) instead of skipping them as otlp_not_rag",
+    )
 
     @field_validator("topics")
     @classmethod
@@ -128,20 +138,24 @@ class KafkaConfig(Section):
     @property
     def otlp_stage_enabled(self) -> bool:
         """OTLP can arrive: the OTLP stage and its internal topics are needed."""
-        return bool(self.otlp_topics) or self.format != "native"
+        return bool(self.otlp_topics or self.otlp_logs_topics) or self.format != "native"
 
     @model_validator(mode="after")
     def _check_topics(self) -> KafkaConfig:
         internal = {self.effective_spans_topic, self.effective_traces_topic}
         if len(internal) < 2:
             raise ValueError("spans_topic and traces_topic must differ")
-        consumed = set(self.topics) | set(self.otlp_topics)
+        consumed = set(self.topics) | set(self.otlp_topics) | set(self.otlp_logs_topics)
         if consumed & internal:
             raise ValueError("spans_topic and traces_topic are internal: not input topics")
         if set(self.topics) & set(self.otlp_topics):
             raise ValueError("a topic cannot be in both topics and otlp_topics")
-        if self.otlp_topics and self.format == "native":
-            raise ValueError("format native cannot read otlp_topics (use auto)")
+        if set(self.otlp_logs_topics) & (set(self.topics) | set(self.otlp_topics)):
+            raise ValueError(
+                "otlp_logs_topics hold logs: a topic there cannot also be in topics or otlp_topics"
+            )
+        if (self.otlp_topics or self.otlp_logs_topics) and self.format == "native":
+            raise ValueError("format native cannot read otlp_topics or otlp_logs_topics (use auto)")
         if self.dlq_topic in consumed | internal:
             raise ValueError("dlq_topic must not be one of the consumed topics")
         if self.otlp_group_id is not None and self.otlp_group_id == self.group_id:
