@@ -1,20 +1,20 @@
-"""The metrics contract (the README's tables) and a small PromQL scanner that checks against it.
+"""The metrics contract (from the catalog) and a small PromQL scanner that checks against it.
 
-Dashboards and alert rules may use only the metrics the README lists, with their labels. This
-module reads those tables and finds, in a PromQL expression, every metric selector, every label
+Dashboards and alert rules may use only the metrics the daemon exports, with their labels: the
+ones declared in `monitor/metrics_catalog.py`. This module turns that catalog into the series
+names a query can select, and finds, in a PromQL expression, every metric selector, every label
 matcher and every grouping label, so a test (and the dashboard generator) can reject a name that
 the daemon does not export. It is a scanner, not a full parser: syntax itself is checked by
-`promtool check rules` in the tests.
+`promtool check rules` in the tests. (The README's tables are checked against the same catalog
+by tests/test_metrics_catalog.py.)
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+from monitor.metrics_catalog import CATALOG, MetricType
 
 # Labels Prometheus itself attaches to every scraped series (target labels), plus the ones the
 # Kubernetes service discovery of the Prometheus Operator adds. Grouping by them is always allowed.
@@ -23,47 +23,28 @@ TARGET_LABELS = frozenset(
 )
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
-_ROW = re.compile(r"^\|\s*(?P<names>`ragmon_[^|]*)\|\s*(?P<type>[^|]*)\|\s*(?P<labels>[^|]*)\|")
-_TICKED = re.compile(r"`([^`]+)`")
-
 
 @dataclass(frozen=True)
 class Metric:
     name: str
-    type: str  # counter, gauge, histogram
+    type: MetricType
     labels: frozenset[str]
 
 
-def readme_metrics(text: str | None = None) -> dict[str, Metric]:
-    """Every metric in the README's metrics tables, by every series name it exports.
+def contract_metrics() -> dict[str, Metric]:
+    """Every metric of the catalog, by every series name it exports.
 
     A histogram `x` exports `x_bucket` (with `le`), `x_sum` and `x_count`; those three names map
     to the histogram's entry. The base name maps too, so a caller can look up the declaration.
     """
-    if text is None:
-        text = README.read_text(encoding="utf-8")
-    section = text.split("\n## Metrics", 1)
-    if len(section) != 2:
-        raise ValueError("README has no '## Metrics' section")
-    body = section[1].split("\n## ", 1)[0]
     found: dict[str, Metric] = {}
-    for line in body.splitlines():
-        match = _ROW.match(line.strip())
-        if not match:
-            continue
-        kind = match["type"].strip().split()[0].lower()
-        labels = frozenset(
-            label for label in _TICKED.findall(match["labels"]) if re.fullmatch(r"\w+", label)
-        )
-        for name in _TICKED.findall(match["names"]):
-            metric = Metric(name=name, type=kind, labels=labels)
-            found[name] = metric
-            if kind == "histogram":
-                for suffix in HISTOGRAM_SUFFIXES:
-                    extra = {"le"} if suffix == "_bucket" else set()
-                    found[name + suffix] = Metric(name + suffix, kind, labels | extra)
-    if not found:
-        raise ValueError("README's metrics tables list no ragmon_ metric")
+    for spec in CATALOG:
+        labels = frozenset(spec.labels)
+        found[spec.name] = Metric(spec.name, spec.type, labels)
+        if spec.type == "histogram":
+            for suffix in HISTOGRAM_SUFFIXES:
+                extra = {"le"} if suffix == "_bucket" else set()
+                found[spec.name + suffix] = Metric(spec.name + suffix, spec.type, labels | extra)
     return found
 
 
@@ -231,7 +212,7 @@ def contract_problems(
         elif name in recorded:
             used_labels |= recorded[name]
         elif name not in allowed_outside:
-            problems.append(f"metric {name!r} is not in the README's metrics tables")
+            problems.append(f"metric {name!r} is not a metric the daemon exports")
     for metric, label in found.matchers:
         if metric in metrics:
             allowed = metrics[metric].labels | TARGET_LABELS

@@ -4,10 +4,10 @@
     python dashboards/generate.py --check   # exit 1 when a committed file differs
 
 The JSON is committed; tests/test_dashboards.py fails when regeneration would change it. Every
-query uses only metrics from the README's tables (checked here and in the test). Means are
-`sum by (...) (rate(x_sum)) / sum by (...) (rate(x_count))`, which is exact across replicas;
-quantiles come from the histogram buckets; gauges that are per replica are aggregated with
-max/min/sum as each panel says, never averaged into "means of means".
+query uses only metrics the daemon exports (`monitor/metrics_catalog.py`; checked here and in
+the test). Means are `sum by (...) (rate(x_sum)) / sum by (...) (rate(x_count))`, which is
+exact across replicas; quantiles come from the histogram buckets; gauges that are per replica
+are aggregated with max/min/sum as each panel says, never averaged into "means of means".
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `dashboards` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dashboards.contract import contract_problems, readme_metrics
+from dashboards.contract import contract_metrics, contract_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_DIRS = (ROOT / "dashboards", ROOT / "helm" / "rag-monitor" / "dashboards")
@@ -1863,7 +1863,7 @@ def sql_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
 
 def render() -> dict[str, str]:
     """File name -> JSON text of every dashboard; raises when a query breaks the contract."""
-    metrics = readme_metrics()
+    metrics = contract_metrics()
     out = {}
     for name, build in DASHBOARDS.items():
         board = build()
@@ -1874,7 +1874,7 @@ def render() -> dict[str, str]:
         ]
         if problems:
             listing = "\n".join(problems)
-            raise SystemExit(f"queries outside the README's metrics contract:\n{listing}")
+            raise SystemExit(f"queries outside the metrics contract:\n{listing}")
         out[name] = json.dumps(board, indent=2, ensure_ascii=False) + "\n"
     return out
 

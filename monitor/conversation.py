@@ -36,8 +36,9 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
+from monitor import metrics_catalog as catalog
 from monitor.config.conversation import ConversationConfig
 from monitor.evaluate.constraints import check_constraint
 from monitor.export.metrics import AgentLabels
@@ -47,9 +48,6 @@ from monitor.store import Store, conversation_state_table, results_table, turns_
 
 log = structlog.get_logger(__name__)
 
-RATIO_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
-MEMORY_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
-OUTCOME_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 EVALUATOR_RANK = {"heuristic": 0, "ragas": 1, "llm": 2}
 MAX_CARRIED_CONSTRAINTS = 20
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -86,61 +84,15 @@ class ConversationMetrics:
     def __init__(self, registry: CollectorRegistry, agent_label: AgentLabels) -> None:
         r = registry
         self.agent_label = agent_label
-        self.hallucination = Histogram(
-            "ragmon_turn_hallucination_ratio",
-            "H_t per turn; H_u = _sum / _count.",
-            ["agent", "evaluator", "turn_bucket"],
-            buckets=RATIO_BUCKETS,
-            registry=r,
-        )
-        self.drift = Histogram(
-            "ragmon_turn_drift_ratio",
-            "D_t per turn (t >= 2); D_r = _sum / _count.",
-            ["agent", "turn_bucket"],
-            buckets=RATIO_BUCKETS,
-            registry=r,
-        )
-        self.memory = Histogram(
-            "ragmon_turn_memory_tokens",
-            "M_t per turn.",
-            ["agent"],
-            buckets=MEMORY_BUCKETS,
-            registry=r,
-        )
-        self.final_memory = Histogram(
-            "ragmon_conversation_final_memory_tokens",
-            "M_T, when a conversation ends.",
-            ["agent"],
-            buckets=MEMORY_BUCKETS,
-            registry=r,
-        )
-        self.outcomes = Histogram(
-            "ragmon_turn_outcome_score",
-            "Outcome scores 0-10 from the LLM judge.",
-            ["agent", "metric"],
-            buckets=OUTCOME_BUCKETS,
-            registry=r,
-        )
-        self.constraint_checks = Counter(
-            "ragmon_constraint_checks",
-            "Constraint verdicts per turn.",
-            ["agent", "outcome"],
-            registry=r,
-        )
-        self.active = Gauge(
-            "ragmon_conversations_active", "Conversations held in memory.", registry=r
-        )
-        self.evicted = Counter(
-            "ragmon_conversations_evicted",
-            "Conversations dropped from memory, by reason.",
-            ["reason"],
-            registry=r,
-        )
-        self.renumbered = Counter(
-            "ragmon_conversation_turns_renumbered",
-            "Turns whose number moved up because an earlier-starting turn arrived after them.",
-            registry=r,
-        )
+        self.hallucination = catalog.create(catalog.TURN_HALLUCINATION, r)
+        self.drift = catalog.create(catalog.TURN_DRIFT, r)
+        self.memory = catalog.create(catalog.TURN_MEMORY, r)
+        self.final_memory = catalog.create(catalog.CONVERSATION_FINAL_MEMORY, r)
+        self.outcomes = catalog.create(catalog.TURN_OUTCOME, r)
+        self.constraint_checks = catalog.create(catalog.CONSTRAINT_CHECKS, r)
+        self.active = catalog.create(catalog.CONVERSATIONS_ACTIVE, r)
+        self.evicted = catalog.create(catalog.CONVERSATIONS_EVICTED, r)
+        self.renumbered = catalog.create(catalog.TURNS_RENUMBERED, r)
 
 
 class _Conversation:

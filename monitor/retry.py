@@ -32,28 +32,16 @@ from typing import ClassVar, Literal, TypeVar
 
 import structlog
 import tenacity
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
+
+from monitor import metrics_catalog as catalog
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
-Operation = Literal[
-    "dead_letters",  # producing a dead letter (until acknowledged)
-    "internal_topics",  # producing to the daemon's own topics (until acknowledged)
-    "store",  # the results store while its database is away (until it answers)
-    "judge_chat",  # a judge chat call (bounded: judge.max_retries)
-    "judge_embeddings",  # a judge embeddings request (bounded: judge.max_retries)
-    "golden_service",  # a golden-set query to the service under test (bounded: retries)
-]
-OPERATIONS: tuple[Operation, ...] = (
-    "dead_letters",
-    "internal_topics",
-    "store",
-    "judge_chat",
-    "judge_embeddings",
-    "golden_service",
-)
+Operation = catalog.RetryOperation  # what is retried: the values of the counter's label
+OPERATIONS = catalog.RETRY_OPERATIONS
 LogLevel = Literal["debug", "info", "warning"]
 
 
@@ -65,14 +53,7 @@ class RetryMetrics:
     )
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.retries = Counter(
-            "ragmon_retries",
-            "Failed attempts that were retried, by operation.",
-            ["operation"],
-            registry=registry,
-        )
-        for operation in OPERATIONS:
-            self.retries.labels(operation)
+        self.retries = catalog.create(catalog.RETRIES, registry)
 
     @classmethod
     def of(cls, registry: CollectorRegistry) -> RetryMetrics:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.exposition import OPENMETRICS, catalog_problems
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import committed_offsets, create_topics, produce
 from tests.support.traces import encode, native_trace, wait_for
@@ -36,9 +37,10 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _get(url: str) -> tuple[int, str]:
+def _get(url: str, accept: str = "*/*") -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        request = urllib.request.Request(url, headers={"Accept": accept})
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -125,6 +127,8 @@ def test_sigterm_drains_commits_and_exits_zero(
         status, body = _get(f"http://127.0.0.1:{port}/metrics")
         assert 'ragmon_messages_consumed_total{topic="' + topic + '"} 50.0' in body
         assert "ragmon_build_info{" in body
+        status, body = _get(f"http://127.0.0.1:{port}/metrics", accept=OPENMETRICS)
+        assert catalog_problems(body) == [], "the daemon exports only catalog metrics"
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)

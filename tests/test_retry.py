@@ -18,7 +18,7 @@ import structlog
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from dashboards.contract import readme_metrics
+from dashboards.contract import contract_metrics
 from monitor.retry import (
     OPERATIONS,
     Backoff,
@@ -157,8 +157,8 @@ async def test_on_retry_sees_each_failure() -> None:
     assert len(seen) == 2 and all(isinstance(e, Flaky) for e in seen)
 
 
-def test_the_counter_is_in_the_readme_metrics_table() -> None:
-    metric = readme_metrics()["ragmon_retries_total"]
+def test_the_counter_is_in_the_metrics_contract() -> None:
+    metric = contract_metrics()["ragmon_retries_total"]
     assert metric.type == "counter" and metric.labels == {"operation"}
 
 

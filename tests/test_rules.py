@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards.contract import contract_problems, readme_metrics, scan
+from dashboards.contract import contract_metrics, contract_problems, scan
 from tests.support.services import service_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,8 +213,8 @@ def test_unit_test_files_load_both_rule_files_and_order_recording_first() -> Non
         assert spec["group_eval_order"] == names, path.name
 
 
-def test_rules_use_only_readme_metrics_and_recorded_series() -> None:
-    metrics = readme_metrics()
+def test_rules_use_only_exported_metrics_and_recorded_series() -> None:
+    metrics = contract_metrics()
     recorded: dict[str, frozenset[str]] = {}
     for rule in recording_rules():
         labels = frozenset(scan(rule["expr"]).grouping)

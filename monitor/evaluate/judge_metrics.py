@@ -1,13 +1,4 @@
-"""Prometheus metrics of the LLM judge; names and labels are the README's metrics table.
-
-| metric | labels |
-|---|---|
-| ``ragmon_judge_requests_total`` | ``evaluator``, ``outcome`` |
-| ``ragmon_judge_request_duration_seconds`` | ``evaluator`` |
-| ``ragmon_judge_input_tokens_total``, ``ragmon_judge_output_tokens_total`` | ``evaluator`` |
-| ``ragmon_judge_cost_dollars_total`` | ``evaluator`` |
-| ``ragmon_judge_cache_lookups_total`` | ``outcome`` (hit, miss) |
-| ``ragmon_judge_circuit_open`` | ``evaluator``, ``endpoint`` (chat, embeddings) |
+"""Prometheus metrics of the LLM judge (declared in `monitor.metrics_catalog`).
 
 ``outcome`` of a request: ok, error, timeout, rate_limited, malformed. A request is one HTTP
 chat-completions attempt: a call retried three times counts four.
@@ -15,21 +6,12 @@ chat-completions attempt: a call retried three times counts four.
 
 from __future__ import annotations
 
-from typing import Literal
+from prometheus_client import CollectorRegistry
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from monitor import metrics_catalog as catalog
 
-RequestOutcome = Literal["ok", "error", "timeout", "rate_limited", "malformed"]
-REQUEST_OUTCOMES: tuple[RequestOutcome, ...] = (
-    "ok",
-    "error",
-    "timeout",
-    "rate_limited",
-    "malformed",
-)
-Endpoint = Literal["chat", "embeddings"]
-ENDPOINTS: tuple[Endpoint, ...] = ("chat", "embeddings")
-JUDGE_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
+RequestOutcome = catalog.JudgeRequestOutcome
+Endpoint = catalog.JudgeEndpoint
 
 
 class JudgeMetrics:
@@ -38,62 +20,22 @@ class JudgeMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         r = registry
-        self.requests = Counter(
-            "ragmon_judge_requests",
-            "Chat-completion requests sent to the judge endpoint, by outcome.",
-            ["evaluator", "outcome"],
-            registry=r,
-        )
-        self.request_duration = Histogram(
-            "ragmon_judge_request_duration_seconds",
-            "Latency of one chat-completion request to the judge endpoint.",
-            ["evaluator"],
-            buckets=JUDGE_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.input_tokens = Counter(
-            "ragmon_judge_input_tokens",
-            "Prompt tokens reported in the judge responses' usage.",
-            ["evaluator"],
-            registry=r,
-        )
-        self.output_tokens = Counter(
-            "ragmon_judge_output_tokens",
-            "Completion tokens reported in the judge responses' usage.",
-            ["evaluator"],
-            registry=r,
-        )
-        self.cost = Counter(
-            "ragmon_judge_cost_dollars",
-            "Cost of the judge's tokens at the configured prices per million tokens.",
-            ["evaluator"],
-            registry=r,
-        )
-        self.cache_lookups = Counter(
-            "ragmon_judge_cache_lookups",
-            "Judge cache lookups, hit or miss.",
-            ["outcome"],
-            registry=r,
-        )
-        self.circuit_open = Gauge(
-            "ragmon_judge_circuit_open",
-            "1 while the judge's circuit breaker is open (calls are not made), per endpoint.",
-            ["evaluator", "endpoint"],
-            registry=r,
-        )
-        for outcome in ("hit", "miss"):
-            self.cache_lookups.labels(outcome=outcome)
+        self.requests = catalog.create(catalog.JUDGE_REQUESTS, r)
+        self.request_duration = catalog.create(catalog.JUDGE_REQUEST_DURATION, r)
+        self.input_tokens = catalog.create(catalog.JUDGE_INPUT_TOKENS, r)
+        self.output_tokens = catalog.create(catalog.JUDGE_OUTPUT_TOKENS, r)
+        self.cost = catalog.create(catalog.JUDGE_COST, r)
+        self.cache_lookups = catalog.create(catalog.JUDGE_CACHE_LOOKUPS, r)
+        self.circuit_open = catalog.create(catalog.JUDGE_CIRCUIT_OPEN, r)
 
     def register_evaluator(self, evaluator: str) -> None:
         """Create the evaluator's series at zero, so dashboards see them before any traffic."""
-        for outcome in REQUEST_OUTCOMES:
-            self.requests.labels(evaluator=evaluator, outcome=outcome)
-        self.request_duration.labels(evaluator=evaluator)
-        self.input_tokens.labels(evaluator=evaluator)
-        self.output_tokens.labels(evaluator=evaluator)
-        self.cost.labels(evaluator=evaluator)
-        for endpoint in ENDPOINTS:
-            self.circuit_open.labels(evaluator=evaluator, endpoint=endpoint).set(0)
+        catalog.zero(catalog.JUDGE_REQUESTS, self.requests, evaluator=evaluator)
+        catalog.zero(catalog.JUDGE_REQUEST_DURATION, self.request_duration, evaluator=evaluator)
+        catalog.zero(catalog.JUDGE_INPUT_TOKENS, self.input_tokens, evaluator=evaluator)
+        catalog.zero(catalog.JUDGE_OUTPUT_TOKENS, self.output_tokens, evaluator=evaluator)
+        catalog.zero(catalog.JUDGE_COST, self.cost, evaluator=evaluator)
+        catalog.zero(catalog.JUDGE_CIRCUIT_OPEN, self.circuit_open, evaluator=evaluator)
 
     def request(self, evaluator: str, outcome: RequestOutcome, seconds: float) -> None:
         self.requests.labels(evaluator=evaluator, outcome=outcome).inc()

@@ -6,14 +6,14 @@ import time
 from collections import deque
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from monitor import metrics_catalog as catalog
 from monitor.export.metrics import AgentLabels
 from monitor.models import EvaluationResult
 
-SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 MAX_EXEMPLAR_ID_CHARS = 64
 # Scores that become histogram series; other per-result values (e.g. `support`) stay in results.
 EXPORTED_SCORES = frozenset(
@@ -64,12 +64,8 @@ class RollingMeans(Collector):
                 result[key] = sum(b[1] for b in buckets) / count
         return result
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "ragmon_evaluation_score_mean_ratio",
-            "Mean score over the rolling window, per replica (use the histogram across replicas).",
-            labels=["agent", "metric", "evaluator"],
-        )
+    def collect(self) -> Iterator[Metric]:
+        family = catalog.EVALUATION_SCORE_MEAN.family()
         for key, mean in self.means().items():
             family.add_metric(list(key), mean)
         yield family
@@ -84,70 +80,17 @@ class ScoringMetrics:
     ) -> None:
         r = registry
         self.agent_label = agent_label
-        self.scores = Histogram(
-            "ragmon_evaluation_score_ratio",
-            "Measured scores in [0, 1].",
-            ["agent", "metric", "evaluator"],
-            buckets=SCORE_BUCKETS,
-            registry=r,
-        )
-        self.unmeasured = Counter(
-            "ragmon_evaluation_unmeasured",
-            "Scores that could not be computed, by reason.",
-            ["agent", "metric", "evaluator", "reason"],
-            registry=r,
-        )
-        self.evaluations = Counter(
-            "ragmon_evaluations",
-            "Evaluations run, by outcome (ok, partial, error).",
-            ["agent", "evaluator", "outcome"],
-            registry=r,
-        )
-        self.flags = Counter(
-            "ragmon_evaluation_flags",
-            "Tier-0 flags raised, by reason.",
-            ["agent", "reason"],
-            registry=r,
-        )
-        self.statements = Counter(
-            "ragmon_statements",
-            "Answer statements judged, supported or unsupported.",
-            ["agent", "evaluator", "outcome"],
-            registry=r,
-        )
-        self.sampler_decisions = Counter(
-            "ragmon_sampler_decisions",
-            "Sampler decisions: sampled, priority, skipped, shed.",
-            ["agent", "outcome"],
-            registry=r,
-        )
-        self.sampler_shed = Counter(
-            "ragmon_sampler_shed",
-            "Judge work dropped under load, by reason.",
-            ["agent", "reason"],
-            registry=r,
-        )
-        self.effective_rate = Gauge(
-            "ragmon_sampler_effective_rate_ratio",
-            "Sampling rate in force after load shedding.",
-            ["agent"],
-            registry=r,
-        )
-        self.judge_queue = Gauge(
-            "ragmon_judge_queue_depth", "Traces waiting for the judge.", registry=r
-        )
-        self.results_published = Counter(
-            "ragmon_results_published",
-            "Results written to the results topic.",
-            ["outcome"],
-            registry=r,
-        )
-        self.store_writes = Counter(
-            "ragmon_store_writes", "Results written to the store.", ["outcome"], registry=r
-        )
-        for outcome in ("ok", "error"):
-            self.results_published.labels(outcome)
-            self.store_writes.labels(outcome)
+        self.scores = catalog.create(catalog.EVALUATION_SCORE, r)
+        self.unmeasured = catalog.create(catalog.EVALUATION_UNMEASURED, r)
+        self.evaluations = catalog.create(catalog.EVALUATIONS, r)
+        self.flags = catalog.create(catalog.EVALUATION_FLAGS, r)
+        self.statements = catalog.create(catalog.STATEMENTS, r)
+        self.sampler_decisions = catalog.create(catalog.SAMPLER_DECISIONS, r)
+        self.sampler_shed = catalog.create(catalog.SAMPLER_SHED, r)
+        self.effective_rate = catalog.create(catalog.SAMPLER_EFFECTIVE_RATE, r)
+        self.judge_queue = catalog.create(catalog.JUDGE_QUEUE_DEPTH, r)
+        self.results_published = catalog.create(catalog.RESULTS_PUBLISHED, r)
+        self.store_writes = catalog.create(catalog.STORE_WRITES, r)
         self.rolling = RollingMeans(rolling_window_seconds)
         r.register(self.rolling)
 

@@ -1,15 +1,5 @@
-"""Prometheus metrics of golden-set runs (the README's ``ragmon_golden_*`` table).
-
-=============================================  =======  ==========================  =========
-metric                                         type     labels                      value
-=============================================  =======  ==========================  =========
-``ragmon_golden_metric_ratio``                 gauge    suite, mode, metric         last run
-``ragmon_golden_target_ratio``                 gauge    suite, metric               target
-``ragmon_golden_latency_seconds``              gauge    suite, mode, metric (p50..) last run
-``ragmon_golden_runs_total``                   counter  suite, outcome              runs
-``ragmon_golden_last_success_timestamp_seconds`` gauge  suite                       end time
-``ragmon_golden_run_duration_seconds``         gauge    suite                       last run
-=============================================  =======  ==========================  =========
+"""Prometheus metrics of golden-set runs (``ragmon_golden_*``, declared in
+:mod:`monitor.metrics_catalog`).
 
 ``metric`` values are the measure names of :mod:`monitor.config.golden.measures` (``mrr``,
 ``recall_5``, ``ndcg_5``, ``precision_5``, ``coverage``, ``answer_correctness``, ...). Only the
@@ -27,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
+from monitor import metrics_catalog as catalog
 from monitor.config.golden.measures import is_latency
 from monitor.golden.results import RunResult
 
-OUTCOMES = ("passed", "failed", "error")
 _LATENCY_LABELS = {"latency_p50_ms": "p50", "latency_p95_ms": "p95", "latency_p99_ms": "p99"}
 
 
@@ -41,50 +31,19 @@ class GoldenMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.metric = Gauge(
-            "ragmon_golden_metric_ratio",
-            "Last golden-set run's value of a measure, per suite and mode.",
-            ["suite", "mode", "metric"],
-            registry=registry,
-        )
-        self.target = Gauge(
-            "ragmon_golden_target_ratio",
-            "The target a golden-set suite is held to, per measure.",
-            ["suite", "metric"],
-            registry=registry,
-        )
-        self.latency = Gauge(
-            "ragmon_golden_latency_seconds",
-            "Last golden-set run's request latency percentile (p50, p95, p99).",
-            ["suite", "mode", "metric"],
-            registry=registry,
-        )
-        self.runs = Counter(
-            "ragmon_golden_runs",
-            "Golden-set runs by outcome: passed, failed (a target missed), error.",
-            ["suite", "outcome"],
-            registry=registry,
-        )
-        self.last_success = Gauge(
-            "ragmon_golden_last_success_timestamp_seconds",
-            "Unix time at the end of the last golden-set run that completed.",
-            ["suite"],
-            registry=registry,
-        )
-        self.duration = Gauge(
-            "ragmon_golden_run_duration_seconds",
-            "Duration of the last golden-set run.",
-            ["suite"],
-            registry=registry,
-        )
+        self.metric = catalog.create(catalog.GOLDEN_METRIC, registry)
+        self.target = catalog.create(catalog.GOLDEN_TARGET, registry)
+        self.latency = catalog.create(catalog.GOLDEN_LATENCY, registry)
+        self.runs = catalog.create(catalog.GOLDEN_RUNS, registry)
+        self.last_success = catalog.create(catalog.GOLDEN_LAST_SUCCESS, registry)
+        self.duration = catalog.create(catalog.GOLDEN_RUN_DURATION, registry)
         self._series: dict[str, set[tuple[str, ...]]] = {}
         self._latency_series: dict[str, set[tuple[str, ...]]] = {}
         self._target_series: dict[str, set[tuple[str, ...]]] = {}
 
     def init_suite(self, suite: str, targets: Mapping[str, float]) -> None:
         """Create a suite's run counters at 0 and publish its targets (before the first run)."""
-        for outcome in OUTCOMES:
-            self.runs.labels(suite=suite, outcome=outcome)
+        catalog.zero(catalog.GOLDEN_RUNS, self.runs, suite=suite)
         self._set_targets(suite, targets)
 
     def _set_targets(self, suite: str, targets: Mapping[str, float]) -> None:
@@ -128,4 +87,4 @@ class GoldenMetrics:
         self.last_success.labels(suite=suite).set(result.finished_at.timestamp())
 
 
-__all__ = ["OUTCOMES", "GoldenMetrics"]
+__all__ = ["GoldenMetrics"]

@@ -37,8 +37,9 @@ from typing import Protocol
 
 import structlog
 from aiokafka.structs import TopicPartition
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
+from monitor import metrics_catalog as catalog
 from monitor.config import KafkaConfig
 from monitor.export.metrics import Metrics
 from monitor.models import Trace
@@ -109,35 +110,10 @@ class OtlpIntake(Protocol):
 
 class OtlpMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.traces = Gauge(
-            "ragmon_otlp_assembly_traces",
-            "Traces held by the assembler: pending (not yet released) or kept (grace period).",
-            ["state"],
-            registry=registry,
-        )
-        self.bytes = Gauge(
-            "ragmon_otlp_assembly_bytes",
-            "Bytes of spans held by the assembler (pending and kept traces).",
-            registry=registry,
-        )
-        self.released = Counter(
-            "ragmon_otlp_traces_released",
-            "Traces released by the assembler: complete, incomplete, or revised (late spans).",
-            ["outcome"],
-            registry=registry,
-        )
-        self.shed = Counter(
-            "ragmon_otlp_assembly_shed",
-            "Traces the memory bound made the assembler give up on early, by reason.",
-            ["reason"],
-            registry=registry,
-        )
-        for state in ("pending", "kept"):
-            self.traces.labels(state)
-        for outcome in ("complete", "incomplete", "revised"):
-            self.released.labels(outcome)
-        for reason in ("pending_limit", "grace_limit"):
-            self.shed.labels(reason)
+        self.traces = catalog.create(catalog.OTLP_ASSEMBLY_TRACES, registry)
+        self.bytes = catalog.create(catalog.OTLP_ASSEMBLY_BYTES, registry)
+        self.released = catalog.create(catalog.OTLP_TRACES_RELEASED, registry)
+        self.shed = catalog.create(catalog.OTLP_ASSEMBLY_SHED, registry)
 
 
 # ------------------------------------------------------------------------------ provenance
