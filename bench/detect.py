@@ -53,8 +53,8 @@ from bench.cv import (  # noqa: E402
     mean_fold_auroc,
 )
 from bench.train_tier0 import Example, fit_model, model_of  # noqa: E402
-from monitor.evaluate.grounding import token_overlap  # noqa: E402
-from monitor.evaluate.heuristic import HeuristicEvaluator  # noqa: E402
+from monitor.evaluators.grounding import token_overlap  # noqa: E402
+from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
 from monitor.models import Context, EvaluationResult, Trace  # noqa: E402
 
 __all__ = ["auroc"]

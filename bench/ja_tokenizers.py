@@ -25,10 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import monitor.evaluate.text as text_module  # noqa: E402
+import monitor.evaluators.text as text_module  # noqa: E402
 from bench.detect import DEFAULT_DATA, cross_validate, learned_support, load_items  # noqa: E402
-from monitor.evaluate.grounding import load_model  # noqa: E402
-from monitor.evaluate.heuristic import HeuristicEvaluator  # noqa: E402
+from monitor.evaluators.grounding import load_model  # noqa: E402
+from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
 
 CONTENT_POS = frozenset({"名詞", "動詞", "形容詞", "形状詞", "副詞"})
 SKIPPED_SUBTYPES = frozenset({"非自立可能", "代名詞", "数詞"})

@@ -4,8 +4,8 @@
     python bench/judge_cost.py --reference [--json OUT]
 
 Scores the same 20 traces (10 English, 10 Japanese, written below) with
-:class:`monitor.evaluate.llm.LLMJudge` and with
-:class:`monitor.evaluate.ragas_adapter.RagasEvaluator` restricted to the three reference-free
+:class:`monitor.evaluators.llm.LLMJudge` and with
+:class:`monitor.evaluators.ragas_adapter.RagasEvaluator` restricted to the three reference-free
 metrics they share -- faithfulness, answer relevancy, context precision -- and counts, *at the
 scripted OpenAI-compatible server* (the real openai clients talk to it over HTTP on loopback),
 per judged trace: chat-completion calls and the prompt + completion tokens the server reported.
@@ -63,8 +63,8 @@ sys.path.insert(0, str(REPO))
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from monitor.config.judge import JudgeConfig  # noqa: E402
-from monitor.evaluate.judge_metrics import JudgeMetrics  # noqa: E402
-from monitor.evaluate.llm import LLMJudge  # noqa: E402
+from monitor.evaluators.judge_metrics import JudgeMetrics  # noqa: E402
+from monitor.evaluators.llm import LLMJudge  # noqa: E402
 from monitor.models import Context, EvaluationResult, Trace  # noqa: E402
 from tests.support.openai_server import OpenAIServer, Received  # noqa: E402
 
@@ -336,7 +336,7 @@ def count(requests: list[Received], result: EvaluationResult | None) -> Cost:
 
 
 async def run(strictness: int) -> dict[str, dict[str, list[Cost]]]:
-    from monitor.evaluate.ragas_adapter import RagasEvaluator
+    from monitor.evaluators.ragas_adapter import RagasEvaluator
     from tests.support.ragas_script import RagasScript
 
     traces = build_traces()

@@ -25,12 +25,12 @@ from prometheus_client import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.config.scoring import SamplingConfig
-from monitor.evaluate.heuristic import HeuristicEvaluator
-from monitor.evaluate.sampler import Sampler
-from monitor.export.metrics import AgentLabels
-from monitor.export.scoring_metrics import ScoringMetrics
+from monitor.evaluators.heuristic import HeuristicEvaluator
+from monitor.evaluators.sampler import Sampler
 from monitor.models import Context, Trace
-from monitor.scoring import DEFAULT_OFFLOAD_CHARS, ScoringProcessor
+from monitor.pipeline.scoring import DEFAULT_OFFLOAD_CHARS, ScoringProcessor
+from monitor.sinks.metrics import AgentLabels
+from monitor.sinks.scoring_metrics import ScoringMetrics
 
 SENTENCE = "The warranty covers parts and labour for {n} months after the date of purchase. "
 UNSUPPORTED = "The warranty also covers accidental damage caused by water on day {n}. "

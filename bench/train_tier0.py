@@ -1,10 +1,10 @@
-"""Fit tier 0's grounding model (monitor/evaluate/grounding_model.json) on the dev data only.
+"""Fit tier 0's grounding model (monitor/evaluators/grounding_model.json) on the dev data only.
 
     python bench/train_tier0.py            # fit on dev_en.jsonl + dev_ja.jsonl, write the file
     python bench/train_tier0.py --check    # exit 1 when the shipped file differs from a fresh fit
 
 One logistic regression per language (English, Japanese) on the grounding evidence of
-:mod:`monitor.evaluate.grounding`, standardised, with an L2 penalty (``--l2``, 1.0) on the
+:mod:`monitor.evaluators.grounding`, standardised, with an L2 penalty (``--l2``, 1.0) on the
 feature weights. Each (dataset, task) group gets an intercept of its own while fitting: the
 groups differ in how often their answers are hallucinated, and without those intercepts the
 weights would learn to recognise the group (a summary, a table) instead of a hallucination.
@@ -32,14 +32,14 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from monitor.evaluate.grounding import (  # noqa: E402
+from monitor.evaluators.grounding import (  # noqa: E402
     DEFAULT_MODEL_PATH,
     FEATURES,
     MODEL_LANGUAGES,
     GroundingModel,
     LanguageModel,
 )
-from monitor.evaluate.heuristic import HeuristicEvaluator  # noqa: E402
+from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
 
 L2 = 1.0
 

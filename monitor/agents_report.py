@@ -10,7 +10,7 @@ from typing import Any
 
 from scipy import stats  # type: ignore[import-untyped]
 
-from monitor.multiturn import AgentSummary, TurnRecord
+from monitor.evaluators.multiturn import AgentSummary, TurnRecord
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}

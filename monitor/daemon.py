@@ -21,40 +21,40 @@ from prometheus_client import CollectorRegistry
 
 from monitor.command import ExitCode
 from monitor.config import Settings
-from monitor.conversation import ConversationMetrics, ConversationTracker
-from monitor.evaluate.heuristic import HeuristicEvaluator
-from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.llm import LLMJudge
-from monitor.evaluate.ragas_adapter import RagasEvaluator  # imports ragas only when built
-from monitor.evaluate.redaction import Redactor
-from monitor.evaluate.sampler import Sampler
-from monitor.evaluate.token_budget import TokenBudget
-from monitor.export.http import HttpServer, Probes, build_app
-from monitor.export.metrics import Metrics
-from monitor.export.results import ResultsPublisher
-from monitor.export.scoring_metrics import ScoringMetrics
+from monitor.evaluators.heuristic import HeuristicEvaluator
+from monitor.evaluators.judge_metrics import JudgeMetrics
+from monitor.evaluators.llm import LLMJudge
+from monitor.evaluators.ragas_adapter import RagasEvaluator  # imports ragas only when built
+from monitor.evaluators.redaction import Redactor
+from monitor.evaluators.sampler import Sampler
+from monitor.evaluators.token_budget import TokenBudget
 from monitor.golden.schedule import GoldenScheduler
 from monitor.golden.service import golden_service
+from monitor.http import HttpServer, Probes, build_app
+from monitor.pipeline.conversation import ConversationMetrics, ConversationTracker
+from monitor.pipeline.ingest import Ingest
+from monitor.pipeline.scoring import ScoringProcessor
+from monitor.pipeline.stage import TraceProcessor
 from monitor.retry import RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
-from monitor.scoring import ScoringProcessor
-from monitor.source.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
-from monitor.source.file import read_lines
-from monitor.source.ingest import Ingest
-from monitor.source.kafka import KafkaSource, producer_kwargs
-from monitor.source.offsets import OffsetTracker
-from monitor.source.otlp_stage import (
+from monitor.sinks.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
+from monitor.sinks.metrics import Metrics
+from monitor.sinks.results import ResultsPublisher
+from monitor.sinks.scoring_metrics import ScoringMetrics
+from monitor.sinks.store import Store, StoreGoldenSink
+from monitor.sinks.writer import TopicWriter
+from monitor.sources.file import read_lines
+from monitor.sources.kafka import KafkaSource, producer_kwargs
+from monitor.sources.offsets import OffsetTracker
+from monitor.sources.otlp_stage import (
     Assembly,
     KafkaOtlpStage,
     LocalIntake,
     OtlpMetrics,
     SpanForwarder,
 )
-from monitor.source.topic_admin import ensure_internal_topics
-from monitor.source.writer import TopicWriter
-from monitor.stage import TraceProcessor
-from monitor.store import Store, StoreGoldenSink
+from monitor.sources.topic_admin import ensure_internal_topics
 from monitor.telemetry import build_tracer
 
 log = structlog.get_logger(__name__)

@@ -20,8 +20,8 @@ from typing import IO
 from prometheus_client import CollectorRegistry
 
 from monitor.models import Trace
-from monitor.source.file import input_problem, split_lines
-from monitor.source.native import DecodeError, decode_native
+from monitor.sources.file import input_problem, split_lines
+from monitor.sources.native import DecodeError, decode_native
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 JUDGE_EVALUATORS = ("llm", "ragas")

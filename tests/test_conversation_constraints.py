@@ -6,10 +6,10 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config.conversation import ConversationConfig
 from monitor.config.judge import JudgeConfig
-from monitor.conversation import ConversationMetrics, ConversationTracker
-from monitor.evaluate.llm import LLMJudge
-from monitor.export.metrics import AgentLabels
+from monitor.evaluators.llm import LLMJudge
 from monitor.models import Trace
+from monitor.pipeline.conversation import ConversationMetrics, ConversationTracker
+from monitor.sinks.metrics import AgentLabels
 from tests.support.openai_server import OpenAIServer
 from tests.support.traces import make_trace
 

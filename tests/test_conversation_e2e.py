@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from monitor.agents_report import compare, records_from_rows
 from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
-from monitor.multiturn import summarize_agents
-from monitor.store import Store, turns_since
+from monitor.evaluators.multiturn import summarize_agents
+from monitor.sinks.store import Store, turns_since
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
 from tests.support.traces import RunningDaemon, encode, scoring_settings, wait_for

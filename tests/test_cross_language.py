@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.evaluate.heuristic import HeuristicEvaluator
+from monitor.evaluators.heuristic import HeuristicEvaluator
 from tests.support.traces import make_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,7 +152,7 @@ async def test_the_daemon_sends_cross_language_turns_to_the_judge_whatever_the_r
 
     from monitor.config import Settings
     from monitor.daemon import Daemon, SourceSpec
-    from monitor.store import Store
+    from monitor.sinks.store import Store
     from tests.support.openai_server import OpenAIServer
 
     lines = [

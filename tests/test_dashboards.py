@@ -20,7 +20,7 @@ from dashboards.contract import (
     scan,
     substitute_grafana_variables,
 )
-from monitor.store import Store
+from monitor.sinks.store import Store
 from tests.support.services import service_unavailable
 from tests.test_review import WORST_CLAIMS, grafana_panel_sql, seed
 

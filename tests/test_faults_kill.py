@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from monitor.config.scoring import SamplingConfig
-from monitor.evaluate.sampler import Sampler
+from monitor.evaluators.sampler import Sampler
 from monitor.models import EvaluationResult, Trace
 from tests.support.faults import (
     DaemonProcess,

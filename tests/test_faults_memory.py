@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import tracemalloc
 
-from monitor.evaluate.judge_cache import TTLCache
-from monitor.export.scoring_metrics import RollingMeans
+from monitor.evaluators.judge_cache import TTLCache
+from monitor.sinks.scoring_metrics import RollingMeans
 
 KEY = ("default", "faithfulness", "heuristic")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.source.file import LineSplitter, split_lines
+from monitor.sources.file import LineSplitter, split_lines
 from tests.support.traces import native_trace
 
 REPO = Path(__file__).resolve().parents[1]

@@ -36,12 +36,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from monitor.config import ConfigError, Settings, load_settings
 from monitor.config.judge import RedactionConfig
-from monitor.evaluate.heuristic import HeuristicEvaluator
-from monitor.evaluate.judge_prompts import JudgeInput, faithfulness_prompt, relevance_prompt
-from monitor.evaluate.redaction import Redactor
+from monitor.evaluators.heuristic import HeuristicEvaluator
+from monitor.evaluators.judge_prompts import JudgeInput, faithfulness_prompt, relevance_prompt
+from monitor.evaluators.redaction import Redactor
 from monitor.models import Trace
-from monitor.source.native import DecodeError, decode_native
-from monitor.source.otlp import (
+from monitor.sources.native import DecodeError, decode_native
+from monitor.sources.otlp import (
     OtlpDecodeError,
     OtlpMappingError,
     SpanEvent,

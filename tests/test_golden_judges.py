@@ -24,9 +24,9 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config.golden import SuiteConfig
 from monitor.config.judge import JudgeConfig
-from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.judge_prompts import MalformedOutput
-from monitor.evaluate.judge_reference import (
+from monitor.evaluators.judge_metrics import JudgeMetrics
+from monitor.evaluators.judge_prompts import MalformedOutput
+from monitor.evaluators.judge_reference import (
     ReferenceInput,
     answer_correctness,
     parse_reference,

@@ -14,7 +14,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from monitor.evaluate.grounding import (
+from monitor.evaluators.grounding import (
     DEFAULT_MODEL_PATH,
     FEATURES,
     GroundingModel,

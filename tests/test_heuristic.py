@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.evaluate.heuristic import HeuristicEvaluator, is_refusal_statement
+from monitor.evaluators.heuristic import HeuristicEvaluator, is_refusal_statement
 from monitor.models import Context, EvaluationResult, Score
 from tests.support.dev_data import dev_data_path
 from tests.support.traces import make_trace
@@ -428,7 +428,7 @@ def test_detection_quality_under_cross_validation_does_not_regress() -> None:
 def test_window_search_through_postings_matches_the_plain_scan() -> None:
     """Big traces find the best window through token postings (not statements x windows);
     it must pick the same window with the same recall as scanning every window."""
-    from monitor.evaluate import support
+    from monitor.evaluators import support
 
     words = [f"w{i}" for i in range(40)]
     sentences = [

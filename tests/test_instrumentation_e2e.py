@@ -33,8 +33,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import KafkaConfig
 from monitor.daemon import Daemon, SourceSpec
-from monitor.source.native import decode_native
-from monitor.source.otlp import OtlpMappingError, decode_otlp, spans_to_trace
+from monitor.sources.native import decode_native
+from monitor.sources.otlp import OtlpMappingError, decode_otlp, spans_to_trace
 from tests.support.instrumented import (
     OLD_TRACELOOP_PYTHON,
     TITLE_ANSWER,

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
-from monitor.store import Store
+from monitor.sinks.store import Store
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce, read_all
 from tests.support.openai_server import OpenAIServer

@@ -28,15 +28,15 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config.judge import JudgeConfig
 from monitor.daemon import Daemon, SourceSpec
-from monitor.evaluate.judge_client import CallFailure
-from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.llm import METRICS, LLMJudge
-from monitor.evaluate.token_budget import TokenBudget
-from monitor.evaluate.token_usage import TokenTally
+from monitor.evaluators.judge_client import CallFailure
+from monitor.evaluators.judge_metrics import JudgeMetrics
+from monitor.evaluators.llm import METRICS, LLMJudge
+from monitor.evaluators.token_budget import TokenBudget
+from monitor.evaluators.token_usage import TokenTally
 from monitor.golden.dataset import GenerationCase
 from monitor.golden.judges import LLMAnswerJudge
 from monitor.models import Constraint, EvaluationResult
-from monitor.store import Store
+from monitor.sinks.store import Store
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
 from tests.support.llama_servers import (

@@ -16,18 +16,18 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from monitor.config.judge import JudgeConfig
-from monitor.evaluate.judge_client import CallFailure
-from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.judge_prompts import (
+from monitor.evaluators.judge_client import CallFailure
+from monitor.evaluators.judge_metrics import JudgeMetrics
+from monitor.evaluators.judge_prompts import (
     FAITHFULNESS_SCHEMA,
     MAX_REPLY_TOKENS,
     MIN_REPLY_TOKENS,
     RELEVANCE_SCHEMA,
     reply_tokens,
 )
-from monitor.evaluate.llm import METRICS, LLMJudge
-from monitor.evaluate.token_budget import TokenBudget
-from monitor.evaluate.token_usage import TokenTally
+from monitor.evaluators.llm import METRICS, LLMJudge
+from monitor.evaluators.token_budget import TokenBudget
+from monitor.evaluators.token_usage import TokenTally
 from monitor.golden.dataset import GenerationCase
 from monitor.golden.judges import LLMAnswerJudge
 from monitor.models import Constraint

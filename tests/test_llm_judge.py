@@ -24,9 +24,9 @@ from prometheus_client import CollectorRegistry
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitor.config.judge import JudgeConfig
-from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.llm import METRICS, LLMJudge
-from monitor.evaluate.precision import average_precision
+from monitor.evaluators.judge_metrics import JudgeMetrics
+from monitor.evaluators.llm import METRICS, LLMJudge
+from monitor.evaluators.precision import average_precision
 from monitor.models import Constraint
 from monitor.retry import parse_retry_after
 from tests.support.openai_server import OpenAIServer, Received, Reply

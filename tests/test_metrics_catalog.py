@@ -14,14 +14,14 @@ from prometheus_client.openmetrics.exposition import generate_latest
 
 from dashboards.contract import contract_metrics
 from monitor import metrics_catalog as catalog
-from monitor.conversation import ConversationMetrics
-from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.export.metrics import Metrics
-from monitor.export.scoring_metrics import ScoringMetrics
+from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.results import Outcome
+from monitor.pipeline.conversation import ConversationMetrics
 from monitor.retry import RetryMetrics
-from monitor.source.otlp_stage import OtlpMetrics
+from monitor.sinks.metrics import Metrics
+from monitor.sinks.scoring_metrics import ScoringMetrics
+from monitor.sources.otlp_stage import OtlpMetrics
 from tests.support.exposition import catalog_problems
 
 ROOT = Path(__file__).resolve().parents[1]

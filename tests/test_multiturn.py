@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.evaluate.constraints import check_constraint
-from monitor.models import Constraint
-from monitor.multiturn import (
+from monitor.evaluators.constraints import check_constraint
+from monitor.evaluators.multiturn import (
     TurnRecord,
     drift_rate,
     hallucination_rate,
@@ -15,6 +14,7 @@ from monitor.multiturn import (
     summarize_agents,
     turn_bucket,
 )
+from monitor.models import Constraint
 
 
 def test_turn_hallucination_is_unsupported_over_all_statements() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiokafka.structs import TopicPartition
 
-from monitor.source.offsets import OffsetTracker, ReplayFilter, commit_metadata
+from monitor.sources.offsets import OffsetTracker, ReplayFilter, commit_metadata
 
 TP = TopicPartition("in", 0)
 

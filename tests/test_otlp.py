@@ -18,8 +18,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.trace import SpanKind
 
 from monitor.models import Trace
-from monitor.source.assembly import Release, TraceAssembler
-from monitor.source.otlp import (
+from monitor.sources.assembly import Release, TraceAssembler
+from monitor.sources.otlp import (
     OtlpDecodeError,
     OtlpMappingError,
     SpanRecord,
@@ -27,7 +27,7 @@ from monitor.source.otlp import (
     detect_format,
     spans_to_trace,
 )
-from monitor.source.otlp_split import TracePart, encode_request, merge_parts, split_by_trace
+from monitor.sources.otlp_split import TracePart, encode_request, merge_parts, split_by_trace
 from tests.support.otlp_spans import (
     ANSWER,
     DOCS,

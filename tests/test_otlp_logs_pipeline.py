@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
-from monitor.store import Store, results_table, turns_table
+from monitor.sinks.store import Store, results_table, turns_table
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce, read_all
 from tests.support.otlp_spans import FORMATS, Fmt, serialize

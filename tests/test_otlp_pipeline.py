@@ -26,8 +26,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from monitor.source.otlp import decode_otlp
-from monitor.store import Store, results_table, turns_table
+from monitor.sinks.store import Store, results_table, turns_table
+from monitor.sources.otlp import decode_otlp
 from tests.support.faults import (
     REPO,
     DaemonProcess,

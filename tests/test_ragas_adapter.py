@@ -26,7 +26,7 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from monitor.config.judge import JudgeConfig
-from monitor.evaluate.judge_metrics import JudgeMetrics
+from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.models import EvaluationResult, Trace
 from tests.support.openai_server import OpenAIServer, Received, Reply
 from tests.support.ragas_script import (
@@ -123,8 +123,8 @@ def make_config(server: OpenAIServer, **overrides: Any) -> JudgeConfig:
 @pytest_asyncio.fixture(loop_scope="function")
 async def make_evaluator(server: OpenAIServer) -> AsyncIterator[Callable[..., Any]]:
     _ragas_available()
-    from monitor.evaluate.ragas_adapter import RagasEvaluator
-    from monitor.evaluate.ragas_runtime import RagasUnavailableError
+    from monitor.evaluators.ragas_adapter import RagasEvaluator
+    from monitor.evaluators.ragas_runtime import RagasUnavailableError
 
     made: list[Any] = []
 
@@ -481,8 +481,8 @@ def test_without_ragas_construction_names_the_extra() -> None:
         "import sys\n"
         "sys.modules['ragas'] = None  # as if the extra were not installed\n"
         "from monitor.config.judge import JudgeConfig\n"
-        "from monitor.evaluate.ragas_adapter import RagasEvaluator\n"
-        "from monitor.evaluate.ragas_runtime import RagasUnavailableError\n"
+        "from monitor.evaluators.ragas_adapter import RagasEvaluator\n"
+        "from monitor.evaluators.ragas_runtime import RagasUnavailableError\n"
         "try:\n"
         "    RagasEvaluator(JudgeConfig(base_url='http://127.0.0.1:9/v1'))\n"
         "except RagasUnavailableError as exc:\n"

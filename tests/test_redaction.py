@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from monitor.config.judge import RedactionConfig
-from monitor.evaluate.redaction import Redactor, fold, luhn_ok, my_number_ok
+from monitor.evaluators.redaction import Redactor, fold, luhn_ok, my_number_ok
 
 R = "[REDACTED]"
 

@@ -32,7 +32,7 @@ from monitor.review.http import add_review_routes, token_matches
 from monitor.review.items import ANSWER_EXCERPT_CHARS, ReviewQuery, excerpt
 from monitor.review.queries import worst_answers
 from monitor.review.render import anchor, render_json, render_text
-from monitor.store import Store, turns_table
+from monitor.sinks.store import Store, turns_table
 
 TOKEN = "s3cret-review-token-0123456789"
 XSS = "<script>document.body.setAttribute('data-pwned','1')</script><img src=x onerror=alert(1)>"
@@ -486,7 +486,7 @@ async def test_the_token_guards_only_the_review_routes(store: Store) -> None:
     reach /metrics, /healthz and /readyz without the review token."""
     from prometheus_client import CollectorRegistry
 
-    from monitor.export.http import Probes, build_app
+    from monitor.http import Probes, build_app
 
     app = build_app(CollectorRegistry(), Probes(lambda: (True, "ok"), lambda: (True, "ok")))
     add_review_routes(app, lambda: store, TOKEN)

@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 import structlog.testing
 
-from monitor.store import Store
+from monitor.sinks.store import Store
 from tests.support.services import service_unavailable
 from tests.test_review import TOKEN, WORST_CLAIMS, seed, serve_review
 

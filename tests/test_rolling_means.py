@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.export.scoring_metrics import RollingMeans
+from monitor.sinks.scoring_metrics import RollingMeans
 
 KEY = ("agent", "faithfulness", "heuristic")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from monitor.config.scoring import SamplingConfig
-from monitor.evaluate.sampler import Sampler
+from monitor.evaluators.sampler import Sampler
 from monitor.models import Context, EvaluationResult, Score, Trace
 from tests.support.traces import FIXED_TIME, make_trace
 
@@ -65,7 +65,7 @@ def test_documents_without_text_are_no_priority_for_the_judge() -> None:
 def test_answers_tier_zero_cannot_compare_across_languages_always_go_to_the_judge() -> None:
     """Tier 0 leaves an English answer over Japanese contexts (or one in another language
     than its question) unmeasured: only the judge can score it, so it is always judged."""
-    from monitor.evaluate.heuristic import HeuristicEvaluator
+    from monitor.evaluators.heuristic import HeuristicEvaluator
 
     sampler = Sampler(SamplingConfig(rate=0.0))
     tier0_evaluator = HeuristicEvaluator()

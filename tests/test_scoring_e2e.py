@@ -74,7 +74,7 @@ async def test_a_trace_gets_a_stored_published_and_exported_result(
     reopened = Settings.model_validate(
         {"store": {"url": f"sqlite+aiosqlite:///{tmp_path / 'r.db'}"}}
     )
-    from monitor.store import Store
+    from monitor.sinks.store import Store
 
     store = await Store.open(reopened.store.url.get_secret_value())
     try:

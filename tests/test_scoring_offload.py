@@ -8,12 +8,12 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from monitor.config.scoring import SamplingConfig
-from monitor.evaluate.heuristic import HeuristicEvaluator
-from monitor.evaluate.sampler import Sampler
-from monitor.export.metrics import AgentLabels
-from monitor.export.scoring_metrics import ScoringMetrics
+from monitor.evaluators.heuristic import HeuristicEvaluator
+from monitor.evaluators.sampler import Sampler
 from monitor.models import EvaluationResult, Trace
-from monitor.scoring import ScoringProcessor
+from monitor.pipeline.scoring import ScoringProcessor
+from monitor.sinks.metrics import AgentLabels
+from monitor.sinks.scoring_metrics import ScoringMetrics
 from tests.support.traces import make_trace
 
 

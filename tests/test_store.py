@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from monitor.models import EvaluationResult, Score, StatementVerdict
-from monitor.store import Store, sanitized_url
+from monitor.sinks.store import Store, sanitized_url
 
 
 def _result(

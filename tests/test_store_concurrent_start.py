@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from monitor.store import MIGRATIONS, Store
+from monitor.sinks.store import MIGRATIONS, Store
 from tests.support.traces import encode, native_trace
 
 pytestmark = pytest.mark.slow  # rag-monitor processes started side by side

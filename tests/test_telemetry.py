@@ -107,8 +107,8 @@ def test_unmeasured_scores_are_events_with_their_reason_and_no_value() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from monitor.export.span_events import add_evaluation_events
     from monitor.models import EvaluationResult, Score
+    from monitor.sinks.span_events import add_evaluation_events
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.evaluate.text import (
+from monitor.evaluators.text import (
     content_tokens,
     detect_language,
     extract_entities,

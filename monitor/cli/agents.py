@@ -24,8 +24,8 @@ def register(subparsers: Subparsers) -> None:
 
 def handle(args: argparse.Namespace) -> ExitCode:
     from monitor.agents_report import compare, parse_since, records_from_rows, render_table
-    from monitor.multiturn import summarize_agents
-    from monitor.store import Store, turns_since
+    from monitor.evaluators.multiturn import summarize_agents
+    from monitor.sinks.store import Store, turns_since
 
     baseline: str | None = args.baseline
     settings = settings_or_exit(args.config)

@@ -13,8 +13,8 @@ import structlog
 from aiokafka.errors import KafkaError
 
 from monitor.command import ExitCode, Subparsers, fail, program_name, set_handler, settings_or_exit
-from monitor.export.topics import MissingTopicError
 from monitor.logs import configure_logging
+from monitor.sinks.topics import MissingTopicError
 
 if TYPE_CHECKING:  # the daemon's wiring is imported when `run` runs, not for every command
     from monitor.daemon import Daemon
@@ -34,8 +34,8 @@ def register(subparsers: Subparsers) -> None:
 
 def handle(args: argparse.Namespace) -> ExitCode:
     from monitor.daemon import Daemon, SourceSpec
-    from monitor.export.http import HttpBindError
-    from monitor.source.file import SourceReadError, input_problem
+    from monitor.http import HttpBindError
+    from monitor.sources.file import SourceReadError, input_problem
 
     config: Path | None = args.config
     settings = settings_or_exit(config)

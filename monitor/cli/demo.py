@@ -37,7 +37,7 @@ def register(subparsers: Subparsers) -> None:
 def handle(args: argparse.Namespace) -> ExitCode:
     from monitor.demo.processes import kill_all_children
     from monitor.demo.run import STOP_GRACE_SECONDS, BrokerDied, DemoError, run_demo
-    from monitor.export.http import HttpBindError
+    from monitor.http import HttpBindError
 
     duration: float | None = args.duration
     settings = settings_or_exit(None)

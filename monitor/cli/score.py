@@ -68,8 +68,8 @@ async def _score_traces(
     from contextlib import AsyncExitStack
 
     from monitor.daemon import build_scoring_stage
-    from monitor.export.metrics import Metrics
     from monitor.models import EvaluationResult
+    from monitor.sinks.metrics import Metrics
 
     if evaluator in ("llm", "ragas"):
         settings = settings.model_copy(

@@ -9,7 +9,7 @@ from pathlib import Path
 from aiokafka.errors import KafkaError
 
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
-from monitor.source.topic_admin import TopicOutcome, create_topics, needed_topics
+from monitor.sources.topic_admin import TopicOutcome, create_topics, needed_topics
 
 
 def register(subparsers: Subparsers) -> None:

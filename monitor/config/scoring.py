@@ -15,7 +15,7 @@ class ScoringConfig(Section):
 
 
 class SamplingConfig(Section):
-    """See :mod:`monitor.evaluate.sampler` for how the rates and priorities are applied."""
+    """See :mod:`monitor.evaluators.sampler` for how the rates and priorities are applied."""
 
     rate: float = Field(default=0.05, ge=0, le=1, description="share of conversations judged")
     agent_rates: dict[str, float] = Field(default_factory=dict)

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from monitor.evaluate.text import content_tokens, split_sentences
+from monitor.evaluators.text import content_tokens, split_sentences
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ Two implementations of :class:`~monitor.golden.answers.AnswerJudge`, chosen by
 
 :class:`LLMAnswerJudge` (``llm``): one ``ragmon_reference`` chat call (statement verdicts
 TP/FP/FN and the reference sentences' attribution to the contexts, see
-:mod:`monitor.evaluate.judge_reference`) and one embeddings request for the similarity of
+:mod:`monitor.evaluators.judge_reference`) and one embeddings request for the similarity of
 answer and reference (``judge.embedding_model``), plus the production judge's two calls
-(:class:`~monitor.evaluate.llm.LLMJudge`) for the reference-free measures -- all on one client,
+(:class:`~monitor.evaluators.llm.LLMJudge`) for the reference-free measures -- all on one client,
 so one circuit breaker and one concurrency bound. :class:`RagasAnswerJudge` (``ragas``):
 ragas's ``AnswerCorrectness``, ``SemanticSimilarity``, ``ContextRecall``, ``Faithfulness`` and
-``AnswerRelevancy`` through :class:`~monitor.evaluate.ragas_adapter.RagasEvaluator` (ragas 0.4
+``AnswerRelevancy`` through :class:`~monitor.evaluators.ragas_adapter.RagasEvaluator` (ragas 0.4
 has no context relevancy: unmeasured ``not_scored_by_ragas``).
 
 Both redact everything sent (``judge.redaction``) and send at most ``max_context_chunks``
@@ -42,21 +42,21 @@ from typing import Final
 from prometheus_client import CollectorRegistry
 
 from monitor.config.judge import JudgeConfig
-from monitor.evaluate.judge_client import CallFailure, cosine_similarity
-from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.judge_prompts import prompt_language, truncate
-from monitor.evaluate.judge_reference import (
+from monitor.evaluators.judge_client import CallFailure, cosine_similarity
+from monitor.evaluators.judge_metrics import JudgeMetrics
+from monitor.evaluators.judge_prompts import prompt_language, truncate
+from monitor.evaluators.judge_reference import (
     ReferenceInput,
     ReferenceVerdicts,
     answer_correctness,
     parse_reference,
     reference_prompt,
 )
-from monitor.evaluate.llm import LLMJudge
-from monitor.evaluate.ragas_adapter import RagasEvaluator
-from monitor.evaluate.redaction import Redactor
-from monitor.evaluate.token_budget import TokenBudget
-from monitor.evaluate.token_usage import TokenTally
+from monitor.evaluators.llm import LLMJudge
+from monitor.evaluators.ragas_adapter import RagasEvaluator
+from monitor.evaluators.redaction import Redactor
+from monitor.evaluators.token_budget import TokenBudget
+from monitor.evaluators.token_usage import TokenTally
 from monitor.golden.answers import (
     REFERENCE_FREE_METRICS,
     REFERENCE_METRICS,

@@ -26,8 +26,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config.golden import GoldenConfig
 from monitor.config.judge import JudgeConfig
-from monitor.evaluate.judge_metrics import JudgeMetrics
-from monitor.evaluate.token_budget import TokenBudget
+from monitor.evaluators.judge_metrics import JudgeMetrics
+from monitor.evaluators.token_budget import TokenBudget
 from monitor.golden.judges import open_answer_judge
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.schedule import GoldenRunSink, GoldenScheduler

@@ -16,7 +16,7 @@ from monitor.logs import configure_logging
 from monitor.review import items
 from monitor.review.queries import answers_for
 from monitor.review.render import render_json, render_text
-from monitor.store import Store, sanitized_url
+from monitor.sinks.store import Store, sanitized_url
 
 
 def register(subparsers: Subparsers) -> None:

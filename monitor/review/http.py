@@ -22,6 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from monitor.agents_report import parse_since
+from monitor.pipeline.scoring import TextRedactor
 from monitor.review.items import (
     DEFAULT_METRIC,
     DEFAULT_REDACTOR,
@@ -36,8 +37,7 @@ from monitor.review.items import (
 )
 from monitor.review.queries import agents_seen, answers_for
 from monitor.review.render import content_security_policy, render_page, review_json
-from monitor.scoring import TextRedactor
-from monitor.store import Store
+from monitor.sinks.store import Store
 
 log = structlog.get_logger(__name__)
 

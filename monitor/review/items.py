@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from monitor.config import Settings
-from monitor.evaluate.redaction import Redactor
+from monitor.evaluators.redaction import Redactor
 from monitor.models import EvaluationResult
-from monitor.scoring import TextRedactor
-from monitor.store import SCORE_COLUMNS, TimeBasis
+from monitor.pipeline.scoring import TextRedactor
+from monitor.sinks.store import SCORE_COLUMNS, TimeBasis
 
 # Every metric an evaluator writes: the columns of the store first, then those read from the
 # stored result document.

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from monitor.models import EvaluationResult
+from monitor.pipeline.scoring import TextRedactor
 from monitor.review.grouping import folded, group_similar
 from monitor.review.items import (
     DEFAULT_METRIC,
@@ -23,8 +24,7 @@ from monitor.review.items import (
     check_metric,
     check_time,
 )
-from monitor.scoring import TextRedactor
-from monitor.store import Store, TimeBasis, turns_table
+from monitor.sinks.store import Store, TimeBasis, turns_table
 
 SCAN_PER_ITEM = 10  # grouping looks at this many of the worst answers per item listed ...
 MAX_SCAN = 2000  # ... up to this many

@@ -1,0 +1,413 @@
+"""Tier 1: the LLM judge over an OpenAI-compatible chat endpoint.
+
+:class:`LLMJudge` (``name = "llm"``) scores a trace with at most two chat calls, run concurrently
+(see :mod:`monitor.evaluators.judge_prompts` for the prompts):
+
+- ``faithfulness`` = supported statements / all statements, with a
+  :class:`~monitor.models.StatementVerdict` per statement (statement, supported, evidence
+  context id, reason);
+- ``answer_relevancy`` = aspects of the question the answer addresses / all aspects, 0 when the
+  answer is non-committal;
+- ``context_precision`` = rank-weighted average precision of the per-chunk "useful in arriving
+  at the answer" verdicts, over the first K chunks (``max_context_chunks``);
+- ``context_relevancy`` = sentences of those chunks needed to answer the question / all their
+  sentences.
+
+Everything sent is redacted first (:mod:`monitor.evaluators.redaction`). A score that cannot be
+computed is unmeasured (``Score(value=None, reason=...)``), never 0 and never NaN:
+``no_contexts``, ``contexts_without_text`` (the trace's retrieved documents carry no text:
+faithfulness and the context scores are not asked for), ``empty_answer``, ``no_question``,
+``no_claims`` (the answer states nothing to check), or the call's failure: ``judge_timeout``,
+``malformed_output``, ``judge_error``, ``circuit_open``. While the circuit breaker is open,
+:meth:`LLMJudge.evaluate` returns at once with every score unmeasured ``circuit_open`` (a cached
+verdict is still served).
+
+Cache: verdicts of a fully successful evaluation are kept (TTL + LRU) under the prompt version,
+the model and the SHA-256 of the redacted, truncated question + contexts + answer. A hit makes no
+call; the result carries the *new* trace's ids (trace_id, conversation_id, turn, agent,
+timestamp), the cached scores and statements, ``tokens`` of zero (nothing was spent) and the
+lookup's latency.
+
+:meth:`LLMJudge.judge_turn` is a third, optional call type for multi-turn tracking: constraint
+verdicts, newly stated and withdrawn user constraints, and outcome scores 0-10, in one call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+import structlog
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field
+
+from monitor.config.judge import JudgeConfig
+from monitor.evaluators.judge_cache import TTLCache, cache_key
+from monitor.evaluators.judge_client import CallFailure, JudgeClient
+from monitor.evaluators.judge_metrics import JudgeMetrics
+from monitor.evaluators.judge_prompts import (
+    OUTCOME_METRICS,
+    PROMPT_VERSION,
+    JudgeInput,
+    ParsedTurn,
+    RelevanceVerdicts,
+    TurnInput,
+    faithfulness_prompt,
+    parse_faithfulness,
+    parse_relevance,
+    parse_turn,
+    relevance_prompt,
+    turn_prompt,
+)
+from monitor.evaluators.precision import average_precision
+from monitor.evaluators.redaction import Redactor
+from monitor.evaluators.token_budget import TokenBudget
+from monitor.evaluators.token_usage import TokenTally
+from monitor.models import (
+    Constraint,
+    ConstraintVerdict,
+    EvaluationResult,
+    Score,
+    StatementVerdict,
+    Trace,
+    Usage,
+)
+
+log = structlog.get_logger(__name__)
+CONTEXT_METRICS = ("faithfulness", "context_precision", "context_relevancy")
+
+METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_relevancy")
+T = TypeVar("T")
+
+
+class TurnJudgement(BaseModel):
+    """The judge's view of one conversation turn (see :meth:`LLMJudge.judge_turn`).
+
+    On failure every verdict is ``unmeasured`` with the reason, ``outcomes`` are all None,
+    nothing is added or withdrawn, and ``unmeasured_reason`` says why.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trace_id: str
+    verdicts: list[ConstraintVerdict] = Field(default_factory=list)
+    new_constraints: list[Constraint] = Field(default_factory=list)
+    withdrawn: list[str] = Field(default_factory=list)
+    outcomes: dict[str, float | None] = Field(default_factory=dict)  # 0-10
+    reason: str | None = None
+    unmeasured_reason: str | None = None
+    judge_model: str | None = None
+    tokens: Usage | None = None
+    latency_ms: float | None = None
+    errors: list[str] = Field(default_factory=list)
+
+    def charged_to(self, result: EvaluationResult) -> EvaluationResult:
+        """`result` (the same trace's ``llm`` evaluation) with this turn judgement's tokens
+        added, so the result counts every token spent judging its trace."""
+        if self.tokens is None:
+            return result
+        if result.tokens is None:
+            return result.model_copy(update={"tokens": self.tokens})
+        total = Usage(
+            input_tokens=(result.tokens.input_tokens or 0) + (self.tokens.input_tokens or 0),
+            output_tokens=(result.tokens.output_tokens or 0) + (self.tokens.output_tokens or 0),
+        )
+        return result.model_copy(update={"tokens": total})
+
+
+@dataclass(frozen=True)
+class _Cached:
+    scores: Mapping[str, Score]
+    statements: tuple[StatementVerdict, ...]
+
+
+def _unmeasured(reason: str) -> dict[str, Score]:
+    return {m: Score.unmeasured(reason) for m in METRICS}
+
+
+class LLMJudge:
+    """Tier-1 evaluator: an LLM judge with statement verdicts (see the module documentation)."""
+
+    name = "llm"
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        metrics: JudgeMetrics | None = None,
+        *,
+        budget: TokenBudget | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics if metrics is not None else JudgeMetrics(CollectorRegistry())
+        self.metrics.register_evaluator(self.name)
+        self.redactor = Redactor(config.redaction)
+        self.cache: TTLCache[_Cached] = TTLCache(
+            config.cache_ttl_seconds, config.cache_max_entries, clock=clock
+        )
+        self._client = JudgeClient(
+            config, self.metrics, self.name, budget=budget, clock=clock, sleep=sleep, rng=rng
+        )
+        self._clock = clock
+
+    @property
+    def client(self) -> JudgeClient:
+        return self._client
+
+    @property
+    def circuit_open(self) -> bool:
+        """True while a call now would be refused; False once a recovery probe may go (calls
+        made while the probe is out wait for its verdict)."""
+        return self._client.circuit.blocked()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    # -----------------------------------------------------------------------------------------
+
+    async def evaluate(self, trace: Trace) -> EvaluationResult:
+        started = self._clock()
+        inp = JudgeInput.build(
+            trace,
+            self.redactor,
+            self.config.max_context_chunks,
+            self.config.max_chars_per_chunk,
+        )
+        textless = bool(trace.contexts_without_text)
+        if textless:  # judging the documents that have text would misjudge the answer
+            inp = replace(inp, contexts=())
+        fingerprint = inp.fingerprint() + ("\ncontexts_without_text" if textless else "")
+        key = cache_key(PROMPT_VERSION, self.config.model, fingerprint)
+        if self.cache.enabled:
+            cached = self.cache.get(key)
+            self.metrics.cache(cached is not None)
+            if cached is not None:
+                return self._result(
+                    trace,
+                    dict(cached.scores),
+                    list(cached.statements),
+                    Usage(input_tokens=0, output_tokens=0),
+                    started,
+                    [],
+                )
+
+        need_faith = bool(inp.contexts) and bool(inp.answer)
+        need_rel = bool(inp.question and inp.answer) or bool(inp.contexts)
+        if (need_faith or need_rel) and self._client.circuit.blocked():
+            return self._result(
+                trace, _unmeasured("circuit_open"), [], None, started, ["circuit breaker open"]
+            )
+
+        tally = TokenTally()
+        faith_call = self._call_faithfulness(inp, tally, trace.trace_id) if need_faith else None
+        rel_call = self._call_relevance(inp, tally, trace.trace_id) if need_rel else None
+        faith: list[StatementVerdict] | CallFailure | None
+        rel: RelevanceVerdicts | CallFailure | None
+        if faith_call is not None and rel_call is not None:
+            # Half-open: one is the probe; the other waits for its verdict.
+            faith, rel = await asyncio.gather(faith_call, rel_call)
+        else:
+            faith = await faith_call if faith_call is not None else None
+            rel = await rel_call if rel_call is not None else None
+
+        scores: dict[str, Score] = {}
+        statements: list[StatementVerdict] = []
+        errors: list[str] = []
+
+        if not inp.contexts:
+            scores["faithfulness"] = Score.unmeasured("no_contexts")
+        elif not inp.answer:
+            scores["faithfulness"] = Score.unmeasured("empty_answer")
+        elif isinstance(faith, CallFailure):
+            scores["faithfulness"] = Score.unmeasured(faith.reason)
+            errors.append(f"faithfulness call: {faith.reason} ({faith.detail})")
+        elif faith is not None:
+            statements = faith
+            if statements:
+                supported = sum(1 for s in statements if s.supported)
+                scores["faithfulness"] = Score.of(supported / len(statements))
+            else:
+                scores["faithfulness"] = Score.unmeasured("no_claims")
+
+        if isinstance(rel, CallFailure):
+            errors.append(f"relevance call: {rel.reason} ({rel.detail})")
+        scores.update(self._relevance_scores(inp, rel))
+        if textless:
+            for metric in CONTEXT_METRICS:
+                scores[metric] = Score.unmeasured("contexts_without_text")
+
+        result = self._result(trace, scores, statements, tally.usage(), started, errors)
+        if not errors and self.cache.enabled:
+            self.cache.put(key, _Cached(scores=dict(scores), statements=tuple(statements)))
+        return result
+
+    @staticmethod
+    def _relevance_scores(
+        inp: JudgeInput, rel: RelevanceVerdicts | CallFailure | None
+    ) -> dict[str, Score]:
+        failed = rel.reason if isinstance(rel, CallFailure) else None
+        verdicts = rel if isinstance(rel, RelevanceVerdicts) else None
+        out: dict[str, Score] = {}
+
+        if not inp.question:
+            out["answer_relevancy"] = Score.unmeasured("no_question")
+        elif not inp.answer:
+            out["answer_relevancy"] = Score.unmeasured("empty_answer")
+        elif failed:
+            out["answer_relevancy"] = Score.unmeasured(failed)
+        elif verdicts is not None:
+            if verdicts.noncommittal:
+                out["answer_relevancy"] = Score.of(0.0)
+            elif verdicts.aspects:
+                out["answer_relevancy"] = Score.of(verdicts.addressed / verdicts.aspects)
+            else:
+                out["answer_relevancy"] = Score.unmeasured("no_aspects")
+
+        if not inp.contexts:
+            out["context_precision"] = Score.unmeasured("no_contexts")
+        elif not inp.answer:
+            out["context_precision"] = Score.unmeasured("empty_answer")
+        elif failed:
+            out["context_precision"] = Score.unmeasured(failed)
+        elif verdicts is not None:
+            out["context_precision"] = Score.of(average_precision(verdicts.useful))
+
+        if not inp.contexts:
+            out["context_relevancy"] = Score.unmeasured("no_contexts")
+        elif not inp.question:
+            out["context_relevancy"] = Score.unmeasured("no_question")
+        elif failed:
+            out["context_relevancy"] = Score.unmeasured(failed)
+        elif verdicts is not None and verdicts.total_sentences:
+            out["context_relevancy"] = Score.of(
+                verdicts.relevant_sentences / verdicts.total_sentences
+            )
+        return out
+
+    async def _guarded(self, call: Awaitable[T]) -> T | CallFailure:
+        try:
+            return await call
+        except CallFailure as failure:
+            return failure
+        except Exception as exc:  # a bug or an unexpected library error: unmeasured, not a crash
+            log.exception("judge call raised", error_type=type(exc).__name__)
+            return CallFailure("judge_error", type(exc).__name__)
+
+    async def _call_faithfulness(
+        self, inp: JudgeInput, tally: TokenTally, trace_id: str
+    ) -> list[StatementVerdict] | CallFailure:
+        prompt = faithfulness_prompt(inp)
+        return await self._guarded(
+            self._client.complete(prompt, lambda d: parse_faithfulness(d, inp), tally, trace_id)
+        )
+
+    async def _call_relevance(
+        self, inp: JudgeInput, tally: TokenTally, trace_id: str
+    ) -> RelevanceVerdicts | CallFailure:
+        prompt = relevance_prompt(inp)
+        return await self._guarded(
+            self._client.complete(prompt, lambda d: parse_relevance(d, inp), tally, trace_id)
+        )
+
+    def _result(
+        self,
+        trace: Trace,
+        scores: dict[str, Score],
+        statements: list[StatementVerdict],
+        tokens: Usage | None,
+        started: float,
+        errors: list[str],
+    ) -> EvaluationResult:
+        for m in METRICS:  # every metric present, measured or with a reason
+            scores.setdefault(m, Score.unmeasured("judge_error"))
+        return EvaluationResult.of_trace(
+            trace,
+            self.name,
+            {m: scores[m] for m in METRICS},
+            statements=statements,
+            judge_model=self.config.model,
+            tokens=tokens,
+            latency_ms=(self._clock() - started) * 1000.0,
+            errors=errors,
+        )
+
+    # -----------------------------------------------------------------------------------------
+
+    async def judge_turn(
+        self,
+        trace: Trace,
+        constraints: list[Constraint],
+        history: list[tuple[str, str]],
+    ) -> TurnJudgement:
+        """Judge one conversation turn in one chat call.
+
+        `constraints` are the active constraints to judge (pass the free-text ones; those with a
+        `kind` are checked deterministically elsewhere, but may be passed too); `history` is the
+        earlier (user, assistant) turns, oldest first (the last few are sent). Returns verdicts
+        (satisfied / violated / omitted with a reason, in the order given), constraints the
+        latest user message states (ids ``u<turn>-<n>``; kind and value when machine-checkable),
+        ids of constraints it withdraws, and outcome scores 0-10 (relevance, answer_quality,
+        instruction_following, coherence). On failure everything is unmeasured with the reason.
+        """
+        started = self._clock()
+        inp = TurnInput.build(
+            trace,
+            [(c.id, c.text) for c in constraints],
+            history,
+            self.redactor,
+            self.config.max_chars_per_chunk,
+        )
+        tally = TokenTally()
+        parsed: ParsedTurn | CallFailure
+        if self._client.circuit.blocked():
+            parsed = CallFailure("circuit_open", "circuit breaker open")
+        else:
+            parsed = await self._guarded(
+                self._client.complete(
+                    turn_prompt(inp), lambda d: parse_turn(d, inp), tally, trace.trace_id
+                )
+            )
+        latency = (self._clock() - started) * 1000.0
+        if isinstance(parsed, CallFailure):
+            return TurnJudgement(
+                trace_id=trace.trace_id,
+                verdicts=[
+                    ConstraintVerdict(constraint_id=c.id, status="unmeasured", reason=parsed.reason)
+                    for c in constraints
+                ],
+                outcomes=dict.fromkeys(OUTCOME_METRICS),
+                unmeasured_reason=parsed.reason,
+                judge_model=self.config.model,
+                tokens=tally.usage(),
+                latency_ms=latency,
+                errors=[f"turn call: {parsed.reason} ({parsed.detail})"],
+            )
+        return TurnJudgement(
+            trace_id=trace.trace_id,
+            verdicts=list(parsed.verdicts),
+            new_constraints=[
+                Constraint(
+                    id=self._new_id(trace, i, c.text), text=c.text, kind=c.kind, value=c.value
+                )
+                for i, c in enumerate(parsed.new_constraints, 1)
+            ],
+            withdrawn=list(parsed.withdrawn),
+            outcomes={m: parsed.scores[m] for m in OUTCOME_METRICS},
+            reason=parsed.reason,
+            judge_model=self.config.model,
+            tokens=tally.usage(),
+            latency_ms=latency,
+        )
+
+    @staticmethod
+    def _new_id(trace: Trace, n: int, text: str) -> str:
+        if trace.turn is not None:
+            return f"u{trace.turn}-{n}"
+        return "u-" + hashlib.sha256(f"{trace.trace_id}\n{text}".encode()).hexdigest()[:10]

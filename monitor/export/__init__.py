@@ -1,1 +1,0 @@
-"""Prometheus metrics and the HTTP endpoints."""

@@ -1,1 +1,0 @@
-"""Kafka consumption and decoding: native JSON traces and OTLP spans."""

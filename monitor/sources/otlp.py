@@ -1,0 +1,316 @@
+"""Decoding what the OpenTelemetry Collector's Kafka exporter writes (DESIGN.md section 2).
+
+The exporter writes one `ExportTraceServiceRequest` per message, either as protobuf bytes
+(`otlp_proto`) or in the OTLP/JSON encoding (`otlp_json`). OTLP/JSON is the protobuf JSON mapping
+with one deviation: trace and span ids are lowercase hex strings, not base64. Field names may be
+lowerCamelCase or the proto's snake_case, and enum values names or integers.
+
+`decode_otlp` turns a message into flat, immutable `SpanRecord`s; it never raises anything but
+`OtlpDecodeError` whatever the input bytes. `spans_to_trace` (in `monitor.sources.otlp_mapping`,
+re-exported here) maps the spans of one whole trace onto the `Trace` model; splitting messages
+per trace is `monitor.sources.otlp_split`, collecting a trace's parts `monitor.sources.assembly`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from monitor.sources.native import DecodeError
+from monitor.sources.otlp_mapping import OtlpMappingError, spans_to_trace
+
+__all__ = [
+    "OtlpDecodeError",
+    "OtlpFormat",
+    "OtlpMappingError",
+    "SpanEvent",
+    "SpanRecord",
+    "decode_otlp",
+    "detect_format",
+    "parse_request",
+    "spans_to_trace",
+]
+
+OtlpFormat = Literal["otlp_json", "otlp_proto"]
+TRACE_ID_BYTES = 16
+SPAN_ID_BYTES = 8
+_OTLP_JSON_START = re.compile(rb'\s*\{\s*"(?:resourceSpans|resource_spans)"')
+
+
+OtlpDecodeError = DecodeError
+"""A message that is not a decodable OTLP trace export: the decoders' one error, by the name
+the OTLP modules use (reasons empty_message, invalid_utf8, invalid_json, invalid_protobuf,
+invalid_id or schema_violation)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEvent:
+    """A span event: its name, time and flattened attributes."""
+
+    name: str
+    time_unix_nano: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One decoded span, independent of the wire format.
+
+    Ids are lowercase hex (32 digits for traces, 16 for spans); `parent_span_id` is None for a
+    root span. Attribute values are str, bool, int, float, bytes, list (OTLP arrays) or dict
+    (OTLP key-value lists), nested as the producer sent them; None for an empty value.
+    `kind` and `status_code` are the OTLP enum numbers (kind 2 = SERVER, status 2 = ERROR).
+    """
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    resource_attributes: dict[str, Any] = field(default_factory=dict)
+    events: tuple[SpanEvent, ...] = ()
+    kind: int = 0
+    status_code: int = 0
+    scope_name: str = ""
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_time_unix_nano - self.start_time_unix_nano
+
+
+def detect_format(data: bytes) -> Literal["native", "otlp_json", "otlp_proto"]:
+    """Guess a message's format for the `auto` input mode from its first bytes; never raises.
+
+    OTLP/JSON, as the Collector writes it, is an object whose first member is `resourceSpans`
+    (or `resource_spans`). Anything else starting like JSON (`{` or `[`), including invalid
+    UTF-8 or broken JSON, is native, so the native decoder names the problem. The rest, which
+    includes every OTLP protobuf export (it starts with field tag 0x0a), is OTLP protobuf.
+    Only a prefix is inspected, so native traces are not parsed twice.
+    """
+    if _OTLP_JSON_START.match(data):
+        return "otlp_json"
+    stripped = data[:64].lstrip(b" \t\r\n")
+    if not stripped or stripped[:1] in (b"{", b"["):
+        return "native"
+    return "otlp_proto"
+
+
+def decode_otlp(data: bytes, fmt: OtlpFormat) -> list[SpanRecord]:
+    """Decode one Kafka message into its spans, in the order they were sent.
+
+    Raises OtlpDecodeError (and nothing else) when the bytes are not an ExportTraceServiceRequest
+    in the given format, when the message is empty or carries no resource spans at all, or when
+    a span's ids are malformed. A request whose resources carry no spans decodes to [].
+    """
+    return _guarded(lambda: _records(parse_request(data, fmt)))
+
+
+def parse_request(data: bytes, fmt: OtlpFormat) -> ExportTraceServiceRequest:
+    """The export request a message holds; raises OtlpDecodeError like `decode_otlp`.
+
+    Span ids are not checked here (`decode_otlp` and the per-trace split check them).
+    """
+
+    def parse() -> ExportTraceServiceRequest:
+        if not data:
+            raise OtlpDecodeError("empty_message", "message has no value")
+        if fmt == "otlp_proto":
+            request = _parse_proto(data)
+        elif fmt == "otlp_json":
+            request = _parse_json(data)
+        else:
+            raise OtlpDecodeError("schema_violation", f"unknown OTLP format {fmt!r}")
+        if not request.resource_spans:
+            raise OtlpDecodeError(
+                "schema_violation", "no resource spans: not an ExportTraceServiceRequest"
+            )
+        return request
+
+    return _guarded(parse)
+
+
+R = TypeVar("R")
+
+
+def _guarded(work: Callable[[], R]) -> R:
+    """Run a decoding step so that nothing but OtlpDecodeError escapes, whatever the bytes."""
+    try:
+        return work()
+    except OtlpDecodeError:
+        raise
+    except RecursionError:
+        raise OtlpDecodeError("schema_violation", "message nested too deeply") from None
+    except Exception as exc:
+        raise OtlpDecodeError(
+            "schema_violation", f"undecodable message ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _parse_proto(data: bytes) -> ExportTraceServiceRequest:
+    try:
+        request: ExportTraceServiceRequest = ExportTraceServiceRequest.FromString(data)
+    except Exception as exc:  # google.protobuf.message.DecodeError, or upb's own failures
+        raise OtlpDecodeError("invalid_protobuf", f"not an OTLP protobuf message: {exc}") from None
+    return request
+
+
+def _parse_json(data: bytes) -> ExportTraceServiceRequest:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OtlpDecodeError("invalid_utf8", f"not UTF-8 at byte {exc.start}") from None
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise OtlpDecodeError("invalid_json", "JSON nested too deeply") from None
+    except ValueError as exc:
+        raise OtlpDecodeError("invalid_json", str(exc)) from None
+    if not isinstance(document, dict):
+        raise OtlpDecodeError("schema_violation", "top level must be a JSON object")
+    if "resourceSpans" not in document and "resource_spans" not in document:
+        raise OtlpDecodeError("schema_violation", "no resourceSpans member")
+    _hex_ids_to_base64(document)
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except RecursionError:
+        raise OtlpDecodeError("invalid_json", "JSON nested too deeply") from None
+    except Exception as exc:  # json_format.ParseError and the odd TypeError/ValueError
+        raise OtlpDecodeError("schema_violation", f"not OTLP/JSON: {exc}") from None
+    return request
+
+
+def _members(obj: dict[str, Any], *names: str) -> list[Any]:
+    """The list under the first of `names` present in obj; [] when absent or not a list."""
+    for name in names:
+        if name in obj:
+            value = obj[name]
+            return value if isinstance(value, list) else []
+    return []
+
+
+def _hex_ids_to_base64(document: dict[str, Any]) -> None:
+    """Rewrite OTLP/JSON's hex ids in place into the base64 the protobuf JSON mapping expects.
+
+    Only walks well-shaped parts; anything of the wrong shape is left for ParseDict to reject.
+    """
+    for resource_spans in _members(document, "resourceSpans", "resource_spans"):
+        if not isinstance(resource_spans, dict):
+            continue
+        for scope_spans in _members(resource_spans, "scopeSpans", "scope_spans"):
+            if not isinstance(scope_spans, dict):
+                continue
+            for span in _members(scope_spans, "spans"):
+                if not isinstance(span, dict):
+                    continue
+                _convert_id(span, ("traceId", "trace_id"), TRACE_ID_BYTES)
+                _convert_id(span, ("spanId", "span_id"), SPAN_ID_BYTES)
+                _convert_id(span, ("parentSpanId", "parent_span_id"), SPAN_ID_BYTES)
+                for link in _members(span, "links"):
+                    if isinstance(link, dict):
+                        _convert_id(link, ("traceId", "trace_id"), TRACE_ID_BYTES)
+                        _convert_id(link, ("spanId", "span_id"), SPAN_ID_BYTES)
+
+
+def _convert_id(obj: dict[str, Any], names: tuple[str, ...], size: int) -> None:
+    for name in names:
+        value = obj.get(name)
+        if not isinstance(value, str) or value == "":
+            continue
+        if len(value) == 2 * size:
+            try:
+                raw = bytes.fromhex(value)
+            except ValueError:
+                raise OtlpDecodeError("invalid_id", f"{name} is not hex") from None
+        else:  # tolerate producers that follow the plain protobuf mapping (base64)
+            try:
+                raw = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise OtlpDecodeError("invalid_id", f"{name} is neither hex nor base64") from None
+            if len(raw) != size:
+                raise OtlpDecodeError("invalid_id", f"{name} must be {size} bytes")
+        obj[name] = base64.b64encode(raw).decode("ascii")
+
+
+def _records(request: ExportTraceServiceRequest) -> list[SpanRecord]:
+    records: list[SpanRecord] = []
+    for resource_spans in request.resource_spans:
+        resource = _attributes(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            scope_name = scope_spans.scope.name
+            for span in scope_spans.spans:
+                records.append(_record(span, resource, scope_name))
+    return records
+
+
+def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord:
+    trace_id = bytes(span.trace_id)
+    span_id = bytes(span.span_id)
+    parent = bytes(span.parent_span_id)
+    if len(trace_id) != TRACE_ID_BYTES or not any(trace_id):
+        raise OtlpDecodeError("invalid_id", f"trace_id must be {TRACE_ID_BYTES} non-zero bytes")
+    if len(span_id) != SPAN_ID_BYTES or not any(span_id):
+        raise OtlpDecodeError("invalid_id", f"span_id must be {SPAN_ID_BYTES} non-zero bytes")
+    if parent and len(parent) != SPAN_ID_BYTES:
+        raise OtlpDecodeError("invalid_id", f"span parent_span_id must be {SPAN_ID_BYTES} bytes")
+    return SpanRecord(
+        trace_id=trace_id.hex(),
+        span_id=span_id.hex(),
+        parent_span_id=parent.hex() if any(parent) else None,
+        name=span.name,
+        start_time_unix_nano=int(span.start_time_unix_nano),
+        end_time_unix_nano=int(span.end_time_unix_nano),
+        attributes=_attributes(span.attributes),
+        resource_attributes=dict(resource),
+        events=tuple(
+            SpanEvent(
+                name=event.name,
+                time_unix_nano=int(event.time_unix_nano),
+                attributes=_attributes(event.attributes),
+            )
+            for event in span.events
+        ),
+        kind=int(span.kind),
+        status_code=int(span.status.code),
+        scope_name=scope_name,
+    )
+
+
+def _attributes(pairs: Any) -> dict[str, Any]:
+    """Flatten repeated KeyValue into a dict; a repeated key keeps its last value."""
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        kv: KeyValue = pair
+        result[kv.key] = _any_value(kv.value)
+    return result
+
+
+def _any_value(value: AnyValue) -> Any:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "int_value":
+        return int(value.int_value)
+    if which == "double_value":
+        return float(value.double_value)
+    if which == "array_value":
+        return [_any_value(item) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    if which == "bytes_value":
+        return bytes(value.bytes_value)
+    return None  # unset, or a profiles-only dictionary index
