@@ -13,21 +13,24 @@ per trace is `monitor.sources.otlp_split`, collecting a trace's parts `monitor.s
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from monitor.sources.native import DecodeError
 from monitor.sources.otlp_mapping import OtlpMappingError, spans_to_trace
+from monitor.sources.otlp_wire import (
+    convert_id,
+    flatten_attributes,
+    guarded,
+    json_document,
+    members,
+    parse_document,
+    parse_proto,
+)
 
 __all__ = [
     "OtlpDecodeError",
@@ -114,7 +117,7 @@ def decode_otlp(data: bytes, fmt: OtlpFormat) -> list[SpanRecord]:
     in the given format, when the message is empty or carries no resource spans at all, or when
     a span's ids are malformed. A request whose resources carry no spans decodes to [].
     """
-    return _guarded(lambda: _records(parse_request(data, fmt)))
+    return guarded(lambda: _records(parse_request(data, fmt)))
 
 
 def parse_request(data: bytes, fmt: OtlpFormat) -> ExportTraceServiceRequest:
@@ -127,7 +130,7 @@ def parse_request(data: bytes, fmt: OtlpFormat) -> ExportTraceServiceRequest:
         if not data:
             raise OtlpDecodeError("empty_message", "message has no value")
         if fmt == "otlp_proto":
-            request = _parse_proto(data)
+            request = parse_proto(ExportTraceServiceRequest, data)
         elif fmt == "otlp_json":
             request = _parse_json(data)
         else:
@@ -138,67 +141,13 @@ def parse_request(data: bytes, fmt: OtlpFormat) -> ExportTraceServiceRequest:
             )
         return request
 
-    return _guarded(parse)
-
-
-R = TypeVar("R")
-
-
-def _guarded(work: Callable[[], R]) -> R:
-    """Run a decoding step so that nothing but OtlpDecodeError escapes, whatever the bytes."""
-    try:
-        return work()
-    except OtlpDecodeError:
-        raise
-    except RecursionError:
-        raise OtlpDecodeError("schema_violation", "message nested too deeply") from None
-    except Exception as exc:
-        raise OtlpDecodeError(
-            "schema_violation", f"undecodable message ({type(exc).__name__}: {exc})"
-        ) from None
-
-
-def _parse_proto(data: bytes) -> ExportTraceServiceRequest:
-    try:
-        request: ExportTraceServiceRequest = ExportTraceServiceRequest.FromString(data)
-    except Exception as exc:  # google.protobuf.message.DecodeError, or upb's own failures
-        raise OtlpDecodeError("invalid_protobuf", f"not an OTLP protobuf message: {exc}") from None
-    return request
+    return guarded(parse)
 
 
 def _parse_json(data: bytes) -> ExportTraceServiceRequest:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise OtlpDecodeError("invalid_utf8", f"not UTF-8 at byte {exc.start}") from None
-    try:
-        document = json.loads(text)
-    except RecursionError:
-        raise OtlpDecodeError("invalid_json", "JSON nested too deeply") from None
-    except ValueError as exc:
-        raise OtlpDecodeError("invalid_json", str(exc)) from None
-    if not isinstance(document, dict):
-        raise OtlpDecodeError("schema_violation", "top level must be a JSON object")
-    if "resourceSpans" not in document and "resource_spans" not in document:
-        raise OtlpDecodeError("schema_violation", "no resourceSpans member")
+    document = json_document(data, "resourceSpans", "resource_spans")
     _hex_ids_to_base64(document)
-    request = ExportTraceServiceRequest()
-    try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except RecursionError:
-        raise OtlpDecodeError("invalid_json", "JSON nested too deeply") from None
-    except Exception as exc:  # json_format.ParseError and the odd TypeError/ValueError
-        raise OtlpDecodeError("schema_violation", f"not OTLP/JSON: {exc}") from None
-    return request
-
-
-def _members(obj: dict[str, Any], *names: str) -> list[Any]:
-    """The list under the first of `names` present in obj; [] when absent or not a list."""
-    for name in names:
-        if name in obj:
-            value = obj[name]
-            return value if isinstance(value, list) else []
-    return []
+    return parse_document(document, ExportTraceServiceRequest())
 
 
 def _hex_ids_to_base64(document: dict[str, Any]) -> None:
@@ -206,48 +155,28 @@ def _hex_ids_to_base64(document: dict[str, Any]) -> None:
 
     Only walks well-shaped parts; anything of the wrong shape is left for ParseDict to reject.
     """
-    for resource_spans in _members(document, "resourceSpans", "resource_spans"):
+    for resource_spans in members(document, "resourceSpans", "resource_spans"):
         if not isinstance(resource_spans, dict):
             continue
-        for scope_spans in _members(resource_spans, "scopeSpans", "scope_spans"):
+        for scope_spans in members(resource_spans, "scopeSpans", "scope_spans"):
             if not isinstance(scope_spans, dict):
                 continue
-            for span in _members(scope_spans, "spans"):
+            for span in members(scope_spans, "spans"):
                 if not isinstance(span, dict):
                     continue
-                _convert_id(span, ("traceId", "trace_id"), TRACE_ID_BYTES)
-                _convert_id(span, ("spanId", "span_id"), SPAN_ID_BYTES)
-                _convert_id(span, ("parentSpanId", "parent_span_id"), SPAN_ID_BYTES)
-                for link in _members(span, "links"):
+                convert_id(span, ("traceId", "trace_id"), TRACE_ID_BYTES)
+                convert_id(span, ("spanId", "span_id"), SPAN_ID_BYTES)
+                convert_id(span, ("parentSpanId", "parent_span_id"), SPAN_ID_BYTES)
+                for link in members(span, "links"):
                     if isinstance(link, dict):
-                        _convert_id(link, ("traceId", "trace_id"), TRACE_ID_BYTES)
-                        _convert_id(link, ("spanId", "span_id"), SPAN_ID_BYTES)
-
-
-def _convert_id(obj: dict[str, Any], names: tuple[str, ...], size: int) -> None:
-    for name in names:
-        value = obj.get(name)
-        if not isinstance(value, str) or value == "":
-            continue
-        if len(value) == 2 * size:
-            try:
-                raw = bytes.fromhex(value)
-            except ValueError:
-                raise OtlpDecodeError("invalid_id", f"{name} is not hex") from None
-        else:  # tolerate producers that follow the plain protobuf mapping (base64)
-            try:
-                raw = base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                raise OtlpDecodeError("invalid_id", f"{name} is neither hex nor base64") from None
-            if len(raw) != size:
-                raise OtlpDecodeError("invalid_id", f"{name} must be {size} bytes")
-        obj[name] = base64.b64encode(raw).decode("ascii")
+                        convert_id(link, ("traceId", "trace_id"), TRACE_ID_BYTES)
+                        convert_id(link, ("spanId", "span_id"), SPAN_ID_BYTES)
 
 
 def _records(request: ExportTraceServiceRequest) -> list[SpanRecord]:
     records: list[SpanRecord] = []
     for resource_spans in request.resource_spans:
-        resource = _attributes(resource_spans.resource.attributes)
+        resource = flatten_attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             scope_name = scope_spans.scope.name
             for span in scope_spans.spans:
@@ -272,13 +201,13 @@ def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord
         name=span.name,
         start_time_unix_nano=int(span.start_time_unix_nano),
         end_time_unix_nano=int(span.end_time_unix_nano),
-        attributes=_attributes(span.attributes),
+        attributes=flatten_attributes(span.attributes),
         resource_attributes=dict(resource),
         events=tuple(
             SpanEvent(
                 name=event.name,
                 time_unix_nano=int(event.time_unix_nano),
-                attributes=_attributes(event.attributes),
+                attributes=flatten_attributes(event.attributes),
             )
             for event in span.events
         ),
@@ -286,31 +215,3 @@ def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord
         status_code=int(span.status.code),
         scope_name=scope_name,
     )
-
-
-def _attributes(pairs: Any) -> dict[str, Any]:
-    """Flatten repeated KeyValue into a dict; a repeated key keeps its last value."""
-    result: dict[str, Any] = {}
-    for pair in pairs:
-        kv: KeyValue = pair
-        result[kv.key] = _any_value(kv.value)
-    return result
-
-
-def _any_value(value: AnyValue) -> Any:
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        return value.string_value
-    if which == "bool_value":
-        return value.bool_value
-    if which == "int_value":
-        return int(value.int_value)
-    if which == "double_value":
-        return float(value.double_value)
-    if which == "array_value":
-        return [_any_value(item) for item in value.array_value.values]
-    if which == "kvlist_value":
-        return _attributes(value.kvlist_value.values)
-    if which == "bytes_value":
-        return bytes(value.bytes_value)
-    return None  # unset, or a profiles-only dictionary index

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
-from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
@@ -30,10 +29,16 @@ from monitor.sources.otlp import (
     OtlpDecodeError,
     SpanEvent,
     SpanRecord,
-    _any_value,
-    _attributes,
-    _convert_id,
-    _members,
+)
+from monitor.sources.otlp_wire import (
+    any_value,
+    convert_id,
+    flatten_attributes,
+    guarded,
+    json_document,
+    members,
+    parse_document,
+    parse_proto,
 )
 
 __all__ = [
@@ -81,7 +86,7 @@ def decode_otlp_logs(data: bytes, fmt: OtlpLogsFormat) -> list[LogEvent]:
     be joined to a span. Raises OtlpDecodeError (and nothing else) when the bytes are not an
     ExportLogsServiceRequest in the given format or an id is malformed.
     """
-    return _guarded(
+    return guarded(
         lambda: [
             event
             for resource_logs in _request(data, fmt).resource_logs
@@ -95,14 +100,14 @@ def decode_otlp_logs(data: bytes, fmt: OtlpLogsFormat) -> list[LogEvent]:
 def parse_logs_request(data: bytes, fmt: OtlpLogsFormat) -> ExportLogsServiceRequest:
     """The export request a message holds; raises OtlpDecodeError (and nothing else) like
     `decode_otlp_logs`. Record ids are not checked here (`log_event` checks them)."""
-    return _guarded(lambda: _request(data, fmt))
+    return guarded(lambda: _request(data, fmt))
 
 
 def _request(data: bytes, fmt: OtlpLogsFormat) -> ExportLogsServiceRequest:
     if not data:
         raise OtlpDecodeError("empty_message", "message has no value")
     if fmt == "otlp_proto":
-        request = _parse_proto(data)
+        request = parse_proto(ExportLogsServiceRequest, data)
     elif fmt == "otlp_json":
         request = _parse_json(data)
     else:
@@ -114,55 +119,16 @@ def _request(data: bytes, fmt: OtlpLogsFormat) -> ExportLogsServiceRequest:
     return request
 
 
-def _guarded(parse: Callable[[], T]) -> T:
-    try:
-        return parse()
-    except OtlpDecodeError:
-        raise
-    except RecursionError:
-        raise OtlpDecodeError("schema_violation", "message nested too deeply") from None
-    except Exception as exc:  # the decoder's contract: nothing else escapes, whatever the bytes
-        raise OtlpDecodeError(
-            "schema_violation", f"undecodable message ({type(exc).__name__}: {exc})"
-        ) from None
-
-
-def _parse_proto(data: bytes) -> ExportLogsServiceRequest:
-    try:
-        request: ExportLogsServiceRequest = ExportLogsServiceRequest.FromString(data)
-    except Exception as exc:  # google.protobuf.message.DecodeError, or upb's own failures
-        raise OtlpDecodeError("invalid_protobuf", f"not an OTLP protobuf message: {exc}") from None
-    return request
-
-
 def _parse_json(data: bytes) -> ExportLogsServiceRequest:
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise OtlpDecodeError("invalid_utf8", f"not UTF-8 at byte {exc.start}") from None
-    except RecursionError:
-        raise OtlpDecodeError("invalid_json", "JSON nested too deeply") from None
-    except ValueError as exc:
-        raise OtlpDecodeError("invalid_json", str(exc)) from None
-    if not isinstance(document, dict):
-        raise OtlpDecodeError("schema_violation", "top level must be a JSON object")
-    if "resourceLogs" not in document and "resource_logs" not in document:
-        raise OtlpDecodeError("schema_violation", "no resourceLogs member")
+    document = json_document(data, "resourceLogs", "resource_logs")
     # OTLP/JSON writes ids as hex; the protobuf JSON mapping expects base64.
-    for resource_logs in _members(document, "resourceLogs", "resource_logs"):
-        for scope_logs in _members(_dict(resource_logs), "scopeLogs", "scope_logs"):
-            for record in _members(_dict(scope_logs), "logRecords", "log_records"):
+    for resource_logs in members(document, "resourceLogs", "resource_logs"):
+        for scope_logs in members(_dict(resource_logs), "scopeLogs", "scope_logs"):
+            for record in members(_dict(scope_logs), "logRecords", "log_records"):
                 if isinstance(record, dict):
-                    _convert_id(record, ("traceId", "trace_id"), TRACE_ID_BYTES)
-                    _convert_id(record, ("spanId", "span_id"), SPAN_ID_BYTES)
-    request = ExportLogsServiceRequest()
-    try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except RecursionError:
-        raise OtlpDecodeError("invalid_json", "JSON nested too deeply") from None
-    except Exception as exc:  # json_format.ParseError and the odd TypeError/ValueError
-        raise OtlpDecodeError("schema_violation", f"not OTLP/JSON: {exc}") from None
-    return request
+                    convert_id(record, ("traceId", "trace_id"), TRACE_ID_BYTES)
+                    convert_id(record, ("spanId", "span_id"), SPAN_ID_BYTES)
+    return parse_document(document, ExportLogsServiceRequest())
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -179,11 +145,11 @@ def log_event(record: LogRecord) -> LogEvent | None:
         raise OtlpDecodeError(
             "invalid_id", f"log record ids must be {TRACE_ID_BYTES} and {SPAN_ID_BYTES} bytes"
         )
-    attributes = _attributes(record.attributes)
+    attributes = flatten_attributes(record.attributes)
     # The event name is a field of its own since OTLP 1.5; older SDKs set `event.name`.
     name = record.event_name or attributes.pop("event.name", None)
     if record.HasField("body"):
-        body = _any_value(record.body)
+        body = any_value(record.body)
         if body is not None:
             attributes[BODY_ATTRIBUTE] = body
     return LogEvent(

@@ -16,13 +16,13 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from monitor.sources.assembly import SpanShape
 from monitor.sources.otlp import (
@@ -77,7 +77,7 @@ def split_by_trace(data: bytes, fmt: OtlpFormat) -> list[TracePart]:
     return [
         TracePart(
             trace_id.hex(),
-            data if single else _subset(request, spans).SerializeToString(),
+            data if single else _subset(request, spans, _SPANS).SerializeToString(),
             tuple(_shape(span) for _, _, span in spans),
         )
         for trace_id, spans in groups.items()
@@ -103,27 +103,35 @@ def _check_ids(span: Span) -> None:
         raise OtlpDecodeError("invalid_id", f"span parent_span_id must be {SPAN_ID_BYTES} bytes")
 
 
+# Where an export request keeps its resources, their scopes and the scopes' items.
+_SPANS = ("resource_spans", "scope_spans", "spans")
+_LOGS = ("resource_logs", "scope_logs", "log_records")
+_Request = TypeVar("_Request", ExportTraceServiceRequest, ExportLogsServiceRequest)
+
+
 def _subset(
-    request: ExportTraceServiceRequest, spans: list[tuple[int, int, Span]]
-) -> ExportTraceServiceRequest:
-    """A request holding only these spans, each under a copy of its resource and scope."""
-    out = ExportTraceServiceRequest()
-    resources: dict[int, ResourceSpans] = {}
-    scopes: dict[tuple[int, int], ScopeSpans] = {}
-    for r, s, span in spans:
+    request: _Request, items: list[tuple[int, int, Any]], fields: tuple[str, str, str]
+) -> _Request:
+    """A request holding only these spans or log records, each under a copy of its resource
+    and scope (`fields`: `_SPANS` or `_LOGS`)."""
+    resources_field, scopes_field, items_field = fields
+    out = type(request)()
+    resources: dict[int, Any] = {}
+    scopes: dict[tuple[int, int], Any] = {}
+    for r, s, item in items:
         scope = scopes.get((r, s))
         if scope is None:
+            source = getattr(request, resources_field)[r]
             resource = resources.get(r)
             if resource is None:
-                source = request.resource_spans[r]
-                resource = resources[r] = out.resource_spans.add()
+                resource = resources[r] = getattr(out, resources_field).add()
                 resource.resource.CopyFrom(source.resource)
                 resource.schema_url = source.schema_url
-            source_scope = request.resource_spans[r].scope_spans[s]
-            scope = scopes[(r, s)] = resource.scope_spans.add()
+            source_scope = getattr(source, scopes_field)[s]
+            scope = scopes[(r, s)] = getattr(resource, scopes_field).add()
             scope.scope.CopyFrom(source_scope.scope)
             scope.schema_url = source_scope.schema_url
-        scope.spans.append(span)
+        getattr(scope, items_field).append(item)
     return out
 
 
@@ -153,33 +161,9 @@ def split_logs_by_trace(data: bytes, fmt: OtlpFormat) -> list[LogsPart]:
                 if event is not None and event.name in MAPPED_EVENTS:
                     groups.setdefault(event.trace_id, []).append((r, s, record))
     return [
-        LogsPart(trace_id, _logs_subset(request, records).SerializeToString(), len(records))
+        LogsPart(trace_id, _subset(request, records, _LOGS).SerializeToString(), len(records))
         for trace_id, records in groups.items()
     ]
-
-
-def _logs_subset(
-    request: ExportLogsServiceRequest, records: list[tuple[int, int, LogRecord]]
-) -> ExportLogsServiceRequest:
-    """A request holding only these records, each under a copy of its resource and scope."""
-    out = ExportLogsServiceRequest()
-    resources: dict[int, ResourceLogs] = {}
-    scopes: dict[tuple[int, int], ScopeLogs] = {}
-    for r, s, record in records:
-        scope = scopes.get((r, s))
-        if scope is None:
-            resource = resources.get(r)
-            if resource is None:
-                source = request.resource_logs[r]
-                resource = resources[r] = out.resource_logs.add()
-                resource.resource.CopyFrom(source.resource)
-                resource.schema_url = source.schema_url
-            source_scope = request.resource_logs[r].scope_logs[s]
-            scope = scopes[(r, s)] = resource.scope_logs.add()
-            scope.scope.CopyFrom(source_scope.scope)
-            scope.schema_url = source_scope.schema_url
-        scope.log_records.append(record)
-    return out
 
 
 def merge_parts(parts: list[bytes]) -> bytes:

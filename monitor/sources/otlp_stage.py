@@ -446,36 +446,25 @@ class SpanForwarder:
         self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
 
     async def take(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None:
-        records: list[OutRecord] = []
-        done: list[RawMessage] = []
-        for msg, fmt in messages:
-            parts = split_or_reject(msg, fmt)
-            if isinstance(parts, DecodeError):
-                await self._reject(msg, parts)
-                continue
-            if not parts:
-                self._no_spans.inc()
-                self._finish([msg])
-                continue
-            headers = part_headers(msg, fmt)
-            records += [
-                OutRecord(self._topic, part.trace_id.encode(), part.data, headers) for part in parts
-            ]
-            done.append(msg)
-        if records:
-            await self._writer.send_all(records)
-        self._finish(done)
+        await self._forward(messages, logs=False)
 
     async def take_logs(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None:
         """Log exports: the records the mapping reads, per trace, to the spans topic."""
+        await self._forward(messages, logs=True)
+
+    async def _forward(self, messages: Sequence[tuple[RawMessage, OtlpFormat]], logs: bool) -> None:
         records: list[OutRecord] = []
         done: list[RawMessage] = []
         for msg, fmt in messages:
-            parts = split_logs_or_reject(msg, fmt)
+            parts = split_logs_or_reject(msg, fmt) if logs else split_or_reject(msg, fmt)
             if isinstance(parts, DecodeError):
                 await self._reject(msg, parts)
                 continue
-            headers = part_headers(msg, fmt, logs=True)
+            if not parts and not logs:  # a logs export without GenAI events is simply done
+                self._no_spans.inc()
+                self._finish([msg])
+                continue
+            headers = part_headers(msg, fmt, logs=logs)
             records += [
                 OutRecord(self._topic, part.trace_id.encode(), part.data, headers) for part in parts
             ]
