@@ -42,6 +42,9 @@ def _suite(url: str, schedule: dict[str, Any]) -> dict[str, Any]:
         },
         "schedule": schedule,
         "bootstrap_resamples": 200,
+        # quality targets only: the default latency targets (p95 300 ms) would make whether a run
+        # passes depend on how loaded the machine is, and these tests are about the service
+        "targets": {"mrr": 0.70, "recall_5": 0.80, "ndcg_5": 0.70},
     }
 
 
