@@ -29,7 +29,7 @@ from monitor.sources.otlp_wire import (
     json_document,
     members,
     parse_document,
-    parse_proto,
+    parse_export,
 )
 
 __all__ = [
@@ -126,22 +126,9 @@ def parse_request(data: bytes, fmt: OtlpFormat) -> ExportTraceServiceRequest:
     Span ids are not checked here (`decode_otlp` and the per-trace split check them).
     """
 
-    def parse() -> ExportTraceServiceRequest:
-        if not data:
-            raise OtlpDecodeError("empty_message", "message has no value")
-        if fmt == "otlp_proto":
-            request = parse_proto(ExportTraceServiceRequest, data)
-        elif fmt == "otlp_json":
-            request = _parse_json(data)
-        else:
-            raise OtlpDecodeError("schema_violation", f"unknown OTLP format {fmt!r}")
-        if not request.resource_spans:
-            raise OtlpDecodeError(
-                "schema_violation", "no resource spans: not an ExportTraceServiceRequest"
-            )
-        return request
-
-    return guarded(parse)
+    return parse_export(
+        data, fmt, ExportTraceServiceRequest, _parse_json, resources_field="resource_spans"
+    )
 
 
 def _parse_json(data: bytes) -> ExportTraceServiceRequest:

@@ -38,7 +38,7 @@ from monitor.sources.otlp_wire import (
     json_document,
     members,
     parse_document,
-    parse_proto,
+    parse_export,
 )
 
 __all__ = [
@@ -89,7 +89,7 @@ def decode_otlp_logs(data: bytes, fmt: OtlpLogsFormat) -> list[LogEvent]:
     return guarded(
         lambda: [
             event
-            for resource_logs in _request(data, fmt).resource_logs
+            for resource_logs in parse_logs_request(data, fmt).resource_logs
             for scope_logs in resource_logs.scope_logs
             for record in scope_logs.log_records
             if (event := log_event(record)) is not None
@@ -100,23 +100,9 @@ def decode_otlp_logs(data: bytes, fmt: OtlpLogsFormat) -> list[LogEvent]:
 def parse_logs_request(data: bytes, fmt: OtlpLogsFormat) -> ExportLogsServiceRequest:
     """The export request a message holds; raises OtlpDecodeError (and nothing else) like
     `decode_otlp_logs`. Record ids are not checked here (`log_event` checks them)."""
-    return guarded(lambda: _request(data, fmt))
-
-
-def _request(data: bytes, fmt: OtlpLogsFormat) -> ExportLogsServiceRequest:
-    if not data:
-        raise OtlpDecodeError("empty_message", "message has no value")
-    if fmt == "otlp_proto":
-        request = parse_proto(ExportLogsServiceRequest, data)
-    elif fmt == "otlp_json":
-        request = _parse_json(data)
-    else:
-        raise OtlpDecodeError("schema_violation", f"unknown OTLP format {fmt!r}")
-    if not request.resource_logs:
-        raise OtlpDecodeError(
-            "schema_violation", "no resource logs: not an ExportLogsServiceRequest"
-        )
-    return request
+    return parse_export(
+        data, fmt, ExportLogsServiceRequest, _parse_json, resources_field="resource_logs"
+    )
 
 
 def _parse_json(data: bytes) -> ExportLogsServiceRequest:

@@ -37,6 +37,33 @@ def guarded(work: Callable[[], R]) -> R:
         ) from None
 
 
+def parse_export(
+    data: bytes,
+    fmt: str,
+    message_type: type[M],
+    parse_json: Callable[[bytes], M],
+    resources_field: str,
+) -> M:
+    """The export request (`message_type`) a message holds in protobuf or OTLP/JSON, with at
+    least one resource in `resources_field`; raises OtlpDecodeError and nothing else."""
+
+    def parse() -> M:
+        if not data:
+            raise OtlpDecodeError("empty_message", "message has no value")
+        if fmt == "otlp_proto":
+            request = parse_proto(message_type, data)
+        elif fmt == "otlp_json":
+            request = parse_json(data)
+        else:
+            raise OtlpDecodeError("schema_violation", f"unknown OTLP format {fmt!r}")
+        if not getattr(request, resources_field):
+            what = resources_field.replace("_", " ")
+            raise OtlpDecodeError("schema_violation", f"no {what}: not an {message_type.__name__}")
+        return request
+
+    return guarded(parse)
+
+
 def parse_proto(message_type: type[M], data: bytes) -> M:
     try:
         message: M = message_type.FromString(data)
