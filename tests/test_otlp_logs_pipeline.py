@@ -145,6 +145,19 @@ async def _topics(broker: KafkaBroker, prefix: str) -> None:
     await create_topics(broker.bootstrap, [f"{prefix}.{n}" for n in names])
 
 
+async def _start_daemon(
+    broker: KafkaBroker, prefix: str, db: Path, **settings: Any
+) -> tuple[Daemon, RunningDaemon]:
+    """The test's topics created, then a daemon reading them, started."""
+    await _topics(broker, prefix)
+    daemon = Daemon(
+        _settings(broker, prefix, db, **settings), SourceSpec("kafka"), registry=CollectorRegistry()
+    )
+    running = RunningDaemon(daemon)
+    await running.started()
+    return daemon, running
+
+
 async def _results(db: Path, evaluator: str = "heuristic") -> dict[str, Any]:
     store = await Store.open(f"sqlite+aiosqlite:///{db}")
     try:
@@ -175,14 +188,9 @@ async def test_event_only_content_waits_for_its_log_records_and_joins_its_spans(
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "event_only")
     for question, answer, context in TURNS:
         rag_turn(telemetry.handler, question, answer, context)
-    await _topics(kafka_broker, topic_prefix)
     db = tmp_path / "r.db"
-    daemon = Daemon(
-        _settings(kafka_broker, topic_prefix, db), SourceSpec("kafka"), registry=CollectorRegistry()
-    )
+    daemon, running = await _start_daemon(kafka_broker, topic_prefix, db)
     value = daemon.metrics.registry.get_sample_value
-    running = RunningDaemon(daemon)
-    await running.started()
     try:
         await produce(kafka_broker.bootstrap, f"{topic_prefix}.otlp", [telemetry.span_message(fmt)])
         await wait_for(
@@ -275,14 +283,9 @@ async def test_log_records_repeating_what_the_spans_say_do_not_rescore(
     for question, answer, context in TURNS:
         rag_turn(telemetry.handler, question, answer, context)
     assert telemetry.logs.get_finished_logs(), "span_and_event sends log records too"
-    await _topics(kafka_broker, topic_prefix)
     db = tmp_path / "r.db"
-    daemon = Daemon(
-        _settings(kafka_broker, topic_prefix, db), SourceSpec("kafka"), registry=CollectorRegistry()
-    )
+    daemon, running = await _start_daemon(kafka_broker, topic_prefix, db)
     value = daemon.metrics.registry.get_sample_value
-    running = RunningDaemon(daemon)
-    await running.started()
     try:
         await produce(
             kafka_broker.bootstrap, f"{topic_prefix}.otlp", [telemetry.span_message("otlp_json")]
@@ -328,18 +331,11 @@ async def test_plain_llm_calls_are_skipped_unless_the_setting_scores_them(
     plain_llm_call(telemetry.handler, "Give this chat a title.", "Refund window question")
     question, answer, context = TURNS[0]
     rag_turn(telemetry.handler, question, answer, context)
-    await _topics(kafka_broker, topic_prefix)
     db = tmp_path / "r.db"
-    daemon = Daemon(
-        _settings(
-            kafka_broker, topic_prefix, db, logs=False, otlp_score_plain_llm_calls=score_plain
-        ),
-        SourceSpec("kafka"),
-        registry=CollectorRegistry(),
+    daemon, running = await _start_daemon(
+        kafka_broker, topic_prefix, db, logs=False, otlp_score_plain_llm_calls=score_plain
     )
     value = daemon.metrics.registry.get_sample_value
-    running = RunningDaemon(daemon)
-    await running.started()
     try:
         await produce(
             kafka_broker.bootstrap, f"{topic_prefix}.otlp", [telemetry.span_message("otlp_proto")]
