@@ -66,7 +66,7 @@ JUDGE_ONLY_NOTE = (
     " Only the LLM judge produces this measure; tier 0 does not, so without a judge the "
     "panel is empty by design."
 )
-# Tier 0's headline (it ranks answers better than its faithfulness ratio, see the README) and
+# Tier 0's headline (it ranks answers better than its faithfulness ratio, see docs/scoring.md) and
 # the chart's default for RagmonTier0SupportDrop's minimum drop.
 TIER0_SUPPORT = ['metric="support"', 'evaluator="heuristic"']
 TIER0_MIN_DROP = 0.1
@@ -988,7 +988,7 @@ def _unmeasurable_input_panels() -> list[dict[str, Any]]:
             description="Tier-0 evaluations flagged contexts_without_text / all tier-0 "
             "evaluations. The instrumentation records retrieved documents without their text "
             "(ids and scores only, or content capture off), so faithfulness and the context "
-            "metrics are unmeasured for these traces: turn content capture on (README, Feed "
+            "metrics are unmeasured for these traces: turn content capture on (docs/input.md, Feed "
             "it from your app).",
         ),
         timeseries(

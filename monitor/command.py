@@ -21,7 +21,7 @@ from monitor.config import ConfigError, Settings, load_settings
 
 
 class ExitCode(IntEnum):
-    """The exit codes of every command (README "Exit codes and errors"; they never change)."""
+    """The exit codes of every command (docs/cli.md "Exit codes and errors"; they never change)."""
 
     OK = 0
     """Done; `run` or `demo` stopped by SIGTERM or Ctrl-C; a replay reached its end."""

@@ -8,7 +8,7 @@ run in one process); the metrics classes beside the code that records (``export/
 ``conversation.py``, ...) get all their collectors from here.
 
 The metrics contract is this module: the dashboards and alert rules may use only these series
-and labels (``dashboards/contract.py``), the README's ``## Metrics`` tables must list exactly
+and labels (``dashboards/contract.py``), docs/exported-metrics.md's ``## Metrics`` tables must list exactly
 these, with the same types and labels (``tests/test_metrics_catalog.py``), and a running
 daemon exports nothing else (``tests/test_prometheus_e2e.py``, ``tests/test_process.py``).
 Labels are bounded; trace, conversation and user ids never become labels (trace ids ride as
@@ -584,4 +584,4 @@ GOLDEN_RUN_DURATION = _declare(
     )
 )
 
-CATALOG: tuple[AnySpec, ...] = tuple(_DECLARED)  # in the order of the README's tables
+CATALOG: tuple[AnySpec, ...] = tuple(_DECLARED)  # in the order of docs/exported-metrics.md's tables

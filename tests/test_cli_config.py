@@ -131,10 +131,10 @@ def _setting_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
 
 
 def _readme_setting_keys() -> set[str]:
-    """Keys the README's configuration table documents. A row may name several keys of one
+    """Keys docs/configuration.md's settings table documents. A row may name several keys of one
     section: `kafka.ssl_cafile` / `ssl_certfile`, or `redact.store`, `redact.review`."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    table = page.split("## Settings", 1)[1].split("\n## ", 1)[0]
     keys = set()
     for line in table.splitlines():
         if not line.startswith("| `"):
@@ -146,11 +146,11 @@ def _readme_setting_keys() -> set[str]:
     return keys
 
 
-def test_the_readme_table_documents_every_setting() -> None:
+def test_the_configuration_page_documents_every_setting() -> None:
     documented = _readme_setting_keys()
     actual = _setting_keys(Settings)
-    assert actual - documented == set(), "settings missing from the README's table"
-    assert documented - actual == set(), "README rows for settings that do not exist"
+    assert actual - documented == set(), "settings missing from docs/configuration.md"
+    assert documented - actual == set(), "docs/configuration.md rows for settings that do not exist"
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The metrics catalog is the contract: the README's tables, the docs and every metrics class
+"""The metrics catalog is the contract: docs/exported-metrics.md's tables, the docs and every metrics class
 agree with it (a running daemon's exposition is held to it in tests/test_prometheus_e2e.py)."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ NOT_METRICS = {
 }
 
 
-def readme_tables(text: str) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Metric name -> (type, labels) of every row of the README's `## Metrics` tables."""
+def metrics_tables(text: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Metric name -> (type, labels) of every row of docs/exported-metrics.md's `## Metrics` tables."""
     body = text.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, tuple[str, tuple[str, ...]]] = {}
     for line in body.splitlines():
@@ -61,17 +61,17 @@ def every_metrics_class(registry: CollectorRegistry) -> None:
     ConversationMetrics(registry, metrics.agent_label)
 
 
-def test_the_readme_tables_list_exactly_the_catalog_with_its_types_and_labels() -> None:
-    rows = readme_tables((ROOT / "README.md").read_text(encoding="utf-8"))
+def test_the_metrics_page_lists_exactly_the_catalog_with_its_types_and_labels() -> None:
+    rows = metrics_tables((ROOT / "docs" / "exported-metrics.md").read_text(encoding="utf-8"))
     declared = {spec.name: (spec.type, spec.labels) for spec in catalog.CATALOG}
-    assert sorted(set(declared) - set(rows)) == [], "in the catalog, missing from the README"
-    assert sorted(set(rows) - set(declared)) == [], "in the README, not in the catalog"
+    assert sorted(set(declared) - set(rows)) == [], "in the catalog, missing from docs/exported-metrics.md"
+    assert sorted(set(rows) - set(declared)) == [], "in docs/exported-metrics.md, not in the catalog"
     wrong = {name: (rows[name], want) for name, want in declared.items() if rows[name] != want}
-    assert wrong == {}, "README (type, labels) vs the catalog's"
+    assert wrong == {}, "docs/exported-metrics.md (type, labels) vs the catalog's"
 
 
-def test_the_readme_parser_sees_every_row() -> None:
-    rows = readme_tables((ROOT / "README.md").read_text(encoding="utf-8"))
+def test_the_metrics_table_parser_sees_every_row() -> None:
+    rows = metrics_tables((ROOT / "docs" / "exported-metrics.md").read_text(encoding="utf-8"))
     assert rows["ragmon_judge_output_tokens_total"] == ("counter", ("evaluator",))  # 2 in a cell
     assert rows["ragmon_evaluation_score_ratio"][0] == "histogram"  # "histogram (buckets ...)"
     assert rows["ragmon_kafka_consumer_lag_messages"][1] == ("topic", "partition")

@@ -392,7 +392,7 @@ def test_an_unmappable_trace_dead_letters_only_its_own_spans(pipeline: Pipeline,
 def test_sigkill_after_traces_are_produced_but_before_spans_are_committed(
     pipeline: Pipeline,
 ) -> None:
-    """The crash window of the OTLP stage (README, Delivery guarantees): every trace was
+    """The crash window of the OTLP stage (docs/kafka.md, Delivery guarantees): every trace was
     assembled and produced to the traces topic and scored, but no offset was committed (the
     commit interval is longer than the test). After SIGKILL the restarted daemon reads the spans
     again, assembles every trace again and produces it again: nothing is lost, the store holds

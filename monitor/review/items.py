@@ -26,7 +26,7 @@ METRICS = (
     "support",  # tier 0
 )
 # Ranked by tier 0's headline by default: every trace has it, and it ranks answers better than
-# tier 0's faithfulness ratio (README, Scoring). `faithfulness` ranks tier 0's and the judge's
+# tier 0's faithfulness ratio (docs/scoring.md). `faithfulness` ranks tier 0's and the judge's
 # results together.
 DEFAULT_METRIC = "support"
 ANSWER_EXCERPT_CHARS = 300

@@ -3,7 +3,7 @@ Prometheus recording and alerting rules, as lists of rule groups.
 
 The PrometheusRule template includes both; rules/render.py renders them with the default values
 into rules/recording.yaml and rules/alerts.yaml (promtool checks and unit-tests those files, and
-a test asserts they equal this template's output). Only metrics from the README's tables are used.
+a test asserts they equal this template's output). Only metrics from docs/exported-metrics.md are used.
 Means are sum(rate(x_sum)) / sum(rate(x_count)), exact across replicas.
 
 Prometheus's own {{ $labels }} / {{ $value }} templates are escaped as {{`{{ ... }}`}} here.
