@@ -5,8 +5,8 @@ ones declared in `monitor/metrics_catalog.py`. This module turns that catalog in
 names a query can select, and finds, in a PromQL expression, every metric selector, every label
 matcher and every grouping label, so a test (and the dashboard generator) can reject a name that
 the daemon does not export. It is a scanner, not a full parser: syntax itself is checked by
-`promtool check rules` in the tests. (docs/exported-metrics.md's tables are checked against the same catalog
-by tests/test_metrics_catalog.py.)
+`promtool check rules` in the tests. (The tables of docs/exported-metrics.md are checked against
+the same catalog by tests/test_metrics_catalog.py.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Send one RAG turn to rag-monitor as a native JSON trace (README: Feed it from your app; docs/input.md).
+"""Send one RAG turn to rag-monitor as a native JSON trace (docs/input.md).
 
 .venv/bin/python examples/produce_native.py [BOOTSTRAP] [TOPIC]
 """

@@ -8,8 +8,8 @@ run in one process); the metrics classes beside the code that records (``export/
 ``conversation.py``, ...) get all their collectors from here.
 
 The metrics contract is this module: the dashboards and alert rules may use only these series
-and labels (``dashboards/contract.py``), docs/exported-metrics.md's ``## Metrics`` tables must list exactly
-these, with the same types and labels (``tests/test_metrics_catalog.py``), and a running
+and labels (``dashboards/contract.py``), the tables of ``docs/exported-metrics.md`` must list
+exactly these, with the same types and labels (``tests/test_metrics_catalog.py``), and a running
 daemon exports nothing else (``tests/test_prometheus_e2e.py``, ``tests/test_process.py``).
 Labels are bounded; trace, conversation and user ids never become labels (trace ids ride as
 exemplars).

@@ -1,5 +1,6 @@
-"""The metrics catalog is the contract: docs/exported-metrics.md's tables, the docs and every metrics class
-agree with it (a running daemon's exposition is held to it in tests/test_prometheus_e2e.py)."""
+"""The metrics catalog is the contract: the tables of docs/exported-metrics.md, the docs and every
+metrics class agree with it (a running daemon's exposition is held to it in
+tests/test_prometheus_e2e.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ NOT_METRICS = {
 
 
 def metrics_tables(text: str) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Metric name -> (type, labels) of every row of docs/exported-metrics.md's `## Metrics` tables."""
+    """Metric name -> (type, labels) of every row of the metrics page's tables."""
     body = text.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, tuple[str, tuple[str, ...]]] = {}
     for line in body.splitlines():
@@ -64,10 +65,10 @@ def every_metrics_class(registry: CollectorRegistry) -> None:
 def test_the_metrics_page_lists_exactly_the_catalog_with_its_types_and_labels() -> None:
     rows = metrics_tables((ROOT / "docs" / "exported-metrics.md").read_text(encoding="utf-8"))
     declared = {spec.name: (spec.type, spec.labels) for spec in catalog.CATALOG}
-    assert sorted(set(declared) - set(rows)) == [], "in the catalog, missing from docs/exported-metrics.md"
-    assert sorted(set(rows) - set(declared)) == [], "in docs/exported-metrics.md, not in the catalog"
+    assert sorted(set(declared) - set(rows)) == [], "in the catalog, not on the page"
+    assert sorted(set(rows) - set(declared)) == [], "on the page, not in the catalog"
     wrong = {name: (rows[name], want) for name, want in declared.items() if rows[name] != want}
-    assert wrong == {}, "docs/exported-metrics.md (type, labels) vs the catalog's"
+    assert wrong == {}, "the page's (type, labels) vs the catalog's"
 
 
 def test_the_metrics_table_parser_sees_every_row() -> None:
