@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from monitor.evaluators import language
+from monitor.evaluators.constraints import check_constraint
 from monitor.evaluators.grounding import (
     GroundingModel,
     answer_features,
@@ -252,6 +253,10 @@ class HeuristicEvaluator:
     over contexts in that language is unmeasured with reason ``unsupported_language``: English
     stemming and stopwords would score it, wrongly.
 
+    Constraints with a `kind` that the trace carries are checked here, on every trace, with or
+    without a conversation (:mod:`monitor.evaluators.constraints`); free-text ones are
+    ``unmeasured`` (the LLM judge checks them on conversation turns).
+
     Refusals: an answer that declines ("I don't know", "情報がありません") makes no claim, so
     faithfulness, support and the context scores are unmeasured with reason ``"refusal"``.
     Scoring it 1.0 would let a model that refuses everything look perfectly faithful; scoring it
@@ -335,6 +340,7 @@ class HeuristicEvaluator:
             self.name,
             scores,
             statements=verdicts,
+            constraints=[check_constraint(c, trace.answer) for c in trace.constraints or ()],
             flags=flags,
             latency_ms=(time.perf_counter() - started) * 1000.0,
         )
