@@ -187,7 +187,8 @@ def _left_out(review: Review, scope: str, who: str) -> str:
     if not review.worst:
         line = f"No measured answers{scope} ({who})"
     elif review.not_shown:
-        line = f"{_answers(review.not_shown)} more, measured, not shown (raise --worst)"
+        more = review.not_shown
+        line = f"{more} more measured {_noun(more)} not shown (raise --worst)"
     else:
         line = "Every measured answer is shown"
     if review.unmeasured_count:
@@ -198,8 +199,12 @@ def _left_out(review: Review, scope: str, who: str) -> str:
     return line + "."
 
 
+def _noun(count: int) -> str:
+    return "answer" if count == 1 else "answers"
+
+
 def _answers(count: int) -> str:
-    return f"{count} answer" if count == 1 else f"{count} answers"
+    return f"{count} {_noun(count)}"
 
 
 def _unmeasured_text(listing: _Lines, review: Review) -> None:
