@@ -17,7 +17,7 @@ import pytest
 
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.models import Score
-from tests.support.traces import make_trace
+from tests.support.traces import make_trace, replay_with_judge
 
 REPO = Path(__file__).resolve().parents[1]
 EV = HeuristicEvaluator()
@@ -258,45 +258,25 @@ async def test_the_daemon_sends_cross_language_turns_to_the_judge_whatever_the_r
     """The replay through the daemon, judge at the scripted server, sampling rate 0: the
     English answer over a Japanese context is judged (tier 0 could not score it), the
     Japanese one is not."""
-    from prometheus_client import CollectorRegistry
-
-    from monitor.config import Settings
-    from monitor.daemon import Daemon, SourceSpec
     from monitor.sinks.store import Store
-    from tests.support.openai_server import OpenAIServer
 
     lines = [
-        json.dumps(
-            {
-                "trace_id": trace_id,
-                "timestamp": "2026-03-01T12:00:00Z",
-                "query": ASK_JA,
-                "contexts": [{"id": "kb-1", "text": WARRANTY_JA, "rank": 1}],
-                "answer": answer,
-            },
-            ensure_ascii=False,
-        )
+        {
+            "trace_id": trace_id,
+            "timestamp": "2026-03-01T12:00:00Z",
+            "query": ASK_JA,
+            "contexts": [{"id": "kb-1", "text": WARRANTY_JA, "rank": 1}],
+            "answer": answer,
+        }
         for trace_id, answer in (
             ("across", "The warranty period is two years."),
             ("same", "保証期間は2年です。"),
         )
     ]
-    source = tmp_path / "traces.jsonl"
-    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    db = tmp_path / "r.db"
-    async with OpenAIServer() as server:
-        settings = Settings.model_validate(
-            {
-                "http": {"host": "127.0.0.1", "port": 0},
-                "store": {"url": f"sqlite+aiosqlite:///{db}"},
-                "sampling": {"rate": 0.0},
-                "judge": {"base_url": server.url, "api_key": "k", "max_retries": 0},
-            }
-        )
-        daemon = Daemon(settings, SourceSpec("file", str(source)), registry=CollectorRegistry())
-        assert await daemon.run() == 0
-        asked = {(r.data or {}).get("answer") for r in server.requests}
+    daemon, requests = await replay_with_judge(lines, tmp_path, rate=0.0)
+    asked = {(r.data or {}).get("answer") for r in requests}
     assert asked == {"The warranty period is two years."}
+    db = tmp_path / "r.db"
     store = await Store.open(f"sqlite+aiosqlite:///{db}")
     try:
         judged = await store.get_result("across", "llm")

@@ -9,9 +9,7 @@ PostgreSQL too.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,8 @@ from monitor.review.items import ReviewQuery
 from monitor.review.queries import review_for
 from monitor.sinks.store import Store
 from monitor.windows import empty_window_hint, since_covering
+from tests.support.cli import rag_monitor
 
-REPO = Path(__file__).resolve().parents[1]
 CONTEXT = "Refunds are issued within 14 days of the return. Store credit never expires."
 DAY = "2026-03-01"
 
@@ -61,16 +59,7 @@ def traces() -> list[dict[str, Any]]:
 
 
 def _cli(*argv: str, store: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
-    env["RAGMON_STORE__URL"] = f"sqlite+aiosqlite:///{store}"
-    done = subprocess.run(
-        [sys.executable, "-m", "monitor.cli", *argv],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
+    done = rag_monitor(*argv, store=store)
     assert done.returncode == 0, done.stderr
     return done
 

@@ -5,9 +5,6 @@ counts them (ragmon_constraint_checks_total)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +12,9 @@ import pytest
 
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.models import Constraint
-from tests.support.traces import make_trace
+from tests.support.cli import rag_monitor
+from tests.support.traces import make_trace, replay_with_judge
 
-REPO = Path(__file__).resolve().parents[1]
 CONTEXT = "Refunds are issued within 14 days of the return. Store credit never expires."
 FORBIDDEN = {"id": "no-competitors", "text": "Never name a competitor", "kind": "forbidden_terms"}
 
@@ -74,19 +71,6 @@ def test_a_trace_without_constraints_has_none() -> None:
     assert _constraints([], "Refunds are issued within 14 days.") == []
 
 
-def _cli(*argv: str, store: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
-    env["RAGMON_STORE__URL"] = f"sqlite+aiosqlite:///{store}"
-    return subprocess.run(
-        [sys.executable, "-m", "monitor.cli", *argv],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-
-
 @pytest.mark.slow
 def test_score_and_review_show_the_violation_of_a_trace_without_a_conversation(
     tmp_path: Path,
@@ -105,19 +89,19 @@ def test_score_and_review_show_the_violation_of_a_trace_without_a_conversation(
     source.write_text(json.dumps(trace) + "\n", encoding="utf-8")
     output = tmp_path / "results.jsonl"
     store = tmp_path / "r.db"
-    done = _cli("score", "--input", str(source), "--output", str(output), store=store)
+    done = rag_monitor("score", "--input", str(source), "--output", str(output), store=store)
     assert done.returncode == 0, done.stderr
     (result,) = [json.loads(line) for line in output.read_text().splitlines()]
     assert result["constraints"] == [
         {"constraint_id": "no-competitors", "status": "violated", "reason": "contains 'MegaMart'"}
     ]
-    review = _cli("review", "--json", "--since", "1h", store=store)
+    review = rag_monitor("review", "--json", "--since", "1h", store=store)
     assert review.returncode == 0, review.stderr
     (item,) = json.loads(review.stdout)["items"]
     assert item["violated_constraints"] == [
         {"constraint_id": "no-competitors", "status": "violated", "reason": "contains 'MegaMart'"}
     ]
-    listing = _cli("review", "--since", "1h", store=store)
+    listing = rag_monitor("review", "--since", "1h", store=store)
     assert "Violated constraints:" in listing.stdout
     assert "no-competitors [violated]: contains 'MegaMart'" in listing.stdout
 
@@ -127,12 +111,7 @@ async def test_the_daemon_counts_the_verdicts_of_traces_without_a_conversation(
 ) -> None:
     """A replay through the daemon: the verdicts of a trace without a conversation and those of
     a conversation turn are each counted once; the judge's result carries the same verdicts."""
-    from prometheus_client import CollectorRegistry
-
-    from monitor.config import Settings
-    from monitor.daemon import Daemon, SourceSpec
     from monitor.sinks.store import Store
-    from tests.support.openai_server import OpenAIServer
 
     lines = [
         {
@@ -146,20 +125,8 @@ async def test_the_daemon_counts_the_verdicts_of_traces_without_a_conversation(
         }
         for trace_id, extra in (("alone", {}), ("in-conversation", {"conversation_id": "c-1"}))
     ]
-    source = tmp_path / "traces.jsonl"
-    source.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    daemon, _ = await replay_with_judge(lines, tmp_path, rate=1.0)
     db = tmp_path / "r.db"
-    async with OpenAIServer() as server:
-        settings = Settings.model_validate(
-            {
-                "http": {"host": "127.0.0.1", "port": 0},
-                "store": {"url": f"sqlite+aiosqlite:///{db}"},
-                "sampling": {"rate": 1.0},
-                "judge": {"base_url": server.url, "api_key": "k", "max_retries": 0},
-            }
-        )
-        daemon = Daemon(settings, SourceSpec("file", str(source)), registry=CollectorRegistry())
-        assert await daemon.run() == 0
     value = daemon.metrics.registry.get_sample_value
     labels = {"agent": "default", "outcome": "violated"}
     assert value("ragmon_constraint_checks_total", labels) == 2

@@ -43,6 +43,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from monitor.models import EvaluationResult
@@ -393,15 +394,17 @@ class Store:
         by their trace time).
         """
         value = _metric_value(self._dialect, _checked_metric(metric))
-        table = results_table
         query = (
-            select(table.c.result, table.c.query, table.c.answer, table.c.scored_at)
+            _ranked_rows()
             .where(_since(since, counted_from), value.is_not(None))
-            .order_by(value.asc(), table.c.timestamp.desc())
+            .order_by(value.asc(), results_table.c.timestamp.desc())
             .limit(limit)
         )
+        return await self._ranked(query, agent)
+
+    async def _ranked(self, query: Select[Any], agent: str | None) -> list[RankedResult]:
         if agent is not None:
-            query = query.where(table.c.agent == agent)
+            query = query.where(results_table.c.agent == agent)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [
@@ -461,24 +464,17 @@ class Store:
     ) -> list[RankedResult]:
         """The latest results since a time whose `metric` is unmeasured for `reason`."""
         value = _metric_value(self._dialect, _checked_metric(metric))
-        table = results_table
         query = (
-            select(table.c.result, table.c.query, table.c.answer, table.c.scored_at)
+            _ranked_rows()
             .where(
                 _since(since, counted_from),
                 value.is_(None),
                 _metric_reason(self._dialect, metric) == reason,
             )
-            .order_by(table.c.timestamp.desc(), table.c.trace_id)
+            .order_by(results_table.c.timestamp.desc(), results_table.c.trace_id)
             .limit(limit)
         )
-        if agent is not None:
-            query = query.where(table.c.agent == agent)
-        async with self._engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
-        return [
-            RankedResult(EvaluationResult.model_validate_json(r[0]), r[1], r[2], r[3]) for r in rows
-        ]
+        return await self._ranked(query, agent)
 
     async def result_extent(
         self, since: datetime, agent: str | None = None, *, counted_from: TimeBasis = "trace"
@@ -546,6 +542,12 @@ class Store:
             stmt = stmt.where(table.c[name] == value)
         async with self._engine.begin() as conn:
             await conn.execute(stmt)
+
+
+def _ranked_rows() -> Select[Any]:
+    """The columns a RankedResult is made of."""
+    table = results_table
+    return select(table.c.result, table.c.query, table.c.answer, table.c.scored_at)
 
 
 def _checked_metric(metric: str) -> str:
