@@ -108,7 +108,7 @@ def reply_tokens(schema: Mapping[str, Any], items: Mapping[str, int]) -> int:
 
 
 def prompt_language(trace: Trace) -> PromptLanguage:
-    """Japanese when the trace says so (BCP 47 ``ja``) or its text is Japanese by script ratio."""
+    """Japanese when the trace says so (BCP 47 ``ja``) or its text is identified as Japanese."""
     if trace.language:
         return "ja" if trace.language.split("-")[0].strip().lower() == "ja" else "en"
     return "ja" if identify(f"{trace.query}\n{trace.answer}") == "ja" else "en"
