@@ -505,9 +505,10 @@ async def build_scoring_stage(
         else:
             judge = LLMJudge(settings.judge, judge_metrics, budget=sampler.budget)
         stack.push_async_callback(judge.aclose)
+    conversation_metrics = ConversationMetrics(metrics.registry, metrics.agent_label)
     tracker = ConversationTracker(
         settings.conversations,
-        ConversationMetrics(metrics.registry, metrics.agent_label),
+        conversation_metrics,
         store=store,
         judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
     )
@@ -523,5 +524,6 @@ async def build_scoring_stage(
         results_redactor=redactor if settings.redact.results_topic and redactor.enabled else None,
         conversations=tracker,
         on_skip=lambda reason: metrics.traces_skipped.labels(reason).inc(),
+        constraint_checks=conversation_metrics.constraint_checks,  # traces without conversation
     )
     return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget)

@@ -550,8 +550,12 @@ async def test_page_escapes_trace_text_and_loads_nothing(
     assert not re.search(r"""(src|href|action)=["']?(https?:)?//""", html, re.I)
     assert "<style>" in html
     # Worst first, each trace an anchor, claims and constraints shown, unmeasured not 0.
-    order = re.findall(r'<article class="item [a-z]+" id="([^"]+)"', html)
+    order = re.findall(r'<article class="item [a-z]+" id="([^"]+)" data-rank=', html)
     assert order == [anchor(t) for t in ("t-worst", "t-xss", "t-secret", "t-good")]
+    # The unmeasured answer is not ranked, but listed under its reason.
+    unmeasured = html[html.index('<section class="unmeasured-section"') :]
+    assert 'data-reason="refusal" data-count="1"' in unmeasured
+    assert f'id="{anchor("t-unmeasured")}"' in unmeasured
     assert 'href="#trace-t-worst"' in html
     for claim in WORST_CLAIMS:
         assert f"<li>{claim}</li>" in html

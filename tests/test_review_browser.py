@@ -88,6 +88,7 @@ class Seen(HTMLParser):
         self.body_attrs: dict[str, str | None] = {}
         self._in_article = 0
         self._skip = 0
+        self._reason = ""  # the unmeasured reason of the section being read
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.elements.append(tag)
@@ -96,12 +97,19 @@ class Seen(HTMLParser):
             self.body_attrs = values
         if tag in ("style", "title"):
             self._skip += 1
+        if tag == "section" and values.get("data-reason"):
+            self._reason = values.get("data-reason") or ""
         if tag == "article":
             self._in_article += 1
             self.articles.append(
-                {"trace_id": values.get("data-trace-id") or "", "id": values.get("id") or ""}
+                {
+                    "trace_id": values.get("data-trace-id") or "",
+                    "id": values.get("id") or "",
+                    "rank": values.get("data-rank") or "",
+                    "section": self._reason,
+                    "text": "",
+                }
             )
-            self.articles[-1]["text"] = ""
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("style", "title"):
@@ -146,11 +154,20 @@ async def test_a_person_sees_the_worst_answer_first(page_url: str, tmp_path: Pat
         tmp_path / "profile", "--dump-dom", f"{page_url}/review?since=1h&metric=faithfulness"
     )
     page = seen(dom)
-    assert [a["trace_id"] for a in page.articles] == ["t-worst", "t-xss", "t-secret", "t-good"]
+    ranked = [a["trace_id"] for a in page.articles if a["rank"]]
+    assert ranked == ["t-worst", "t-xss", "t-secret", "t-good"]
     assert page.articles[0]["id"] == "trace-t-worst"
     visible = page.visible
     assert "Worst answers" in visible
     assert "4 answers ranked by faithfulness, worst first" in visible
+    # What the list leaves out is said, and the answer it cannot rank is shown by its reason.
+    assert "1 could not be measured" in visible
+    assert "Could not be measured: 1 answer needs a human" in visible
+    (refusal,) = [a for a in page.articles if not a["rank"]]
+    assert refusal["trace_id"] == "t-unmeasured"
+    assert refusal["section"] == "refusal"
+    assert "I cannot answer that." in refusal["text"]
+    assert "unmeasured (refusal)" in " ".join(refusal["text"].split())
     worst = " ".join(page.articles[0]["text"].split())
     assert "#1" in worst and "faithfulness 0.10" in worst
     assert "When does the Shibuya store open on Sunday?" in worst
@@ -176,6 +193,7 @@ async def test_filters_work_in_the_browser(page_url: str, tmp_path: Path) -> Non
     page = seen(await run_chromium(tmp_path / "profile", "--dump-dom", url))
     assert [a["trace_id"] for a in page.articles] == ["t-xss"]
     assert "agent billing-bot" in page.visible
+    assert "could not be measured" not in page.visible  # t-unmeasured is another agent's
     bad = seen(
         await run_chromium(tmp_path / "profile2", "--dump-dom", f"{page_url}/review?since=soon")
     )

@@ -3,8 +3,6 @@
 Everything here is deterministic, pure Python and dependency-free:
 
 - :func:`normalize` -- NFKC + camelCase/underscore splitting, the form every matcher works on.
-- :func:`detect_language` -- ``"ja"``, ``"en"``, ``"other"`` or ``"unknown"`` from script ratios
-  (and, for Latin script, function words and letters of languages other than English).
 - :func:`split_sentences` -- CJK-aware sentence splitting: the ideographic full stop and
   full-width/ASCII ``!?``, ``.`` with abbreviation, initial and decimal care, newlines and
   bullet/numbered lists.
@@ -22,23 +20,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-Language = Literal["ja", "en", "other", "unknown"]
-
 # ---------------------------------------------------------------------------------------------
 # Scripts
 
 _HIRA = "\u3041-\u309f"
 _KATA = "\u30a0-\u30ff\u31f0-\u31ff"
 _KANJI = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006\u3007"
-_HANGUL = "\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 _LATIN = "A-Za-z\u00c0-\u024f"
 
-_RE_HIRA = re.compile(f"[{_HIRA}]")
-_RE_KATA = re.compile(f"[{_KATA}]")
-_RE_KANJI = re.compile(f"[{_KANJI}]")
-_RE_HANGUL = re.compile(f"[{_HANGUL}]")
 _RE_LATIN_WORD = re.compile(f"[{_LATIN}]+")
-_RE_LETTER = re.compile(r"[^\W\d_]")
 
 # ---------------------------------------------------------------------------------------------
 # English word lists (small, hand-written)
@@ -74,33 +64,6 @@ STOPWORDS: frozenset[str] = wordset(
     information text answer question yes ok okay s t d ll m ve re
     """
 )
-
-_EN_FUNCTION_WORDS: frozenset[str] = wordset(
-    """
-    the a an of to in is are was were and or for with on at by from that this it be as not
-    but have has had what which who how why when where do does did i you he she we they can
-    will would should there their its his her my your our than then also about into without
-    per each other only after before over under between through during been being these
-    those them him more most some any all could may must shall
-    """
-)
-
-# Function words of other Latin-script languages (French, Spanish, Portuguese, Italian, German,
-# Dutch, Scandinavian, Indonesian, ...) that are not English words, and letters English does
-# not use: evidence that Latin text is not English.
-_OTHER_LATIN_FUNCTION_WORDS: frozenset[str] = wordset(
-    """
-    le la les des du une est et dans sur avec pour pas qui ce cette sont nous vous ils elles
-    el los las del y que por para con una es se lo su al como pero muy
-    os da das dos em um uma não com mais
-    il di della delle degli che non sono gli nel
-    der die das und ist nicht ein eine zu mit dem den sich auf auch von wie für
-    het een en van zijn niet met voor ook
-    och att det som är inte med för jag og ikke er til
-    yang dan ini itu dengan untuk tidak dari ada akan
-    """
-)
-_RE_NON_ENGLISH_LETTER = re.compile(r"[\u00c0-\u00ff\u0100-\u024f]")
 
 NEGATIONS_EN: frozenset[str] = wordset(
     """
@@ -144,63 +107,6 @@ def normalize(text: str) -> str:
     text = unicodedata.normalize("NFKC", text)
     text = _RE_CAMEL.sub(" ", text)
     return text.replace("_", " ")
-
-
-# ---------------------------------------------------------------------------------------------
-# Language detection
-
-
-@lru_cache(maxsize=256)  # one answer is asked about several times per evaluation
-def detect_language(text: str) -> Language:
-    """Guess the language of `text` from its scripts.
-
-    ``"ja"`` when kana (or kana + kanji) make up a clear share of the letters; ``"en"`` for Latin
-    script that shows no other language (see :func:`_latin_language`); ``"other"`` for other
-    scripts or Latin text with another language's function words or letters; ``"unknown"`` when
-    there is too little text to tell (a bare name or number, a two-kanji noun).
-    """
-    text = unicodedata.normalize("NFKC", text)
-    letters = len(_RE_LETTER.findall(text))
-    if letters == 0:
-        return "unknown"
-    kana = len(_RE_HIRA.findall(text)) + len(_RE_KATA.findall(text))
-    kanji = len(_RE_KANJI.findall(text))
-    hangul = len(_RE_HANGUL.findall(text))
-    latin_words = _RE_LATIN_WORD.findall(text)
-    latin = sum(len(w) for w in latin_words)
-    cjk = kana + kanji
-    if kana and (kana >= 0.15 * letters or cjk >= 0.3 * letters):
-        return "ja"
-    if hangul >= 0.3 * letters:
-        return "other"
-    if kanji >= 0.3 * letters:
-        # kanji without kana: Chinese, or a very short Japanese noun phrase
-        return "other" if kanji >= 12 else "unknown"
-    if latin >= 0.5 * letters:
-        return _latin_language([w.lower() for w in latin_words])
-    return "other" if letters >= 12 else "unknown"
-
-
-def _latin_language(words: list[str]) -> Language:
-    """English unless the text shows another Latin-script language.
-
-    Short English sentences often carry no function word at all ("Standard storage costs 2
-    cents per gigabyte per month."), so the absence of English function words proves nothing;
-    what tells another language apart is its own function words ("la", "der", "que") or
-    letters English does not use ("é", "ß", "ñ"). Two or three words without either are too
-    little to tell (a name: "Super Bowl XLVIII").
-    """
-    english = sum(1 for w in words if w in _EN_FUNCTION_WORDS)
-    foreign = sum(1 for w in words if w in _OTHER_LATIN_FUNCTION_WORDS)
-    accented = sum(1 for w in words if _RE_NON_ENGLISH_LETTER.search(w))
-    evidence = foreign + accented
-    if evidence >= 2 and evidence > english:
-        return "other"
-    if english:
-        return "en"
-    if evidence or len(words) < 4:
-        return "unknown"
-    return "en"
 
 
 # ---------------------------------------------------------------------------------------------

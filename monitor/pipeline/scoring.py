@@ -7,6 +7,11 @@ offset committable) once its results are stored and published, and, when it was 
 the judge has answered or given up. Judge work beyond the queue bound is shed and counted; it
 never blocks consumption.
 
+Tier 0 checks the constraints a trace carries (those with a `kind`), with or without a
+conversation; the judge's result carries the same verdicts. The verdicts of a trace without a
+conversation are counted here (`ragmon_constraint_checks_total`), those of a conversation turn by
+the conversation stage, which also checks the constraints carried from earlier turns.
+
 Traces the OTLP stage assembled carry what assembly knew in `metadata`: `incomplete_trace`
 (released before it was whole: every result gets the `incomplete_trace` flag) and `revision`
 (re-assembled after late spans: its results are upserted over the earlier ones, but the
@@ -21,6 +26,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
+from prometheus_client import Counter
 
 from monitor.evaluators.sampler import Sampler
 from monitor.models import EvaluationResult, StatementVerdict, Trace
@@ -104,6 +110,7 @@ class ScoringProcessor:
         offload_chars: int = DEFAULT_OFFLOAD_CHARS,
         conversations: ConversationTracker | None = None,
         on_skip: Callable[[str], None] | None = None,
+        constraint_checks: Counter | None = None,
     ) -> None:
         self._tier0 = tier0
         self._offload_chars = offload_chars
@@ -118,6 +125,7 @@ class ScoringProcessor:
         self._results_redactor = results_redactor
         self._conversations = conversations
         self._on_skip = on_skip
+        self._constraint_checks = constraint_checks
         self.observers: list[ResultObserver] = []
 
     async def process(self, trace: Trace) -> None:
@@ -133,12 +141,23 @@ class ScoringProcessor:
             if turn is not None:
                 trace = turn.trace
             tier0 = self._flagged(trace, await self._tier0_result(trace))
+            if turn is None and count:
+                self._count_constraints(tier0)
             judging = self._judge_if_sampled(trace, tier0, count)
             await self._emit(trace, tier0, turn, count)
             if judging is not None:
                 judged = await judging
                 if judged is not None:
+                    if tier0.constraints and not judged.constraints:
+                        judged = judged.model_copy(update={"constraints": tier0.constraints})
                     await self._emit(trace, self._flagged(trace, judged), turn, count)
+
+    def _count_constraints(self, result: EvaluationResult) -> None:
+        if self._constraint_checks is None:
+            return
+        agent = self._metrics.agent_label(result.agent)
+        for verdict in result.constraints:
+            self._constraint_checks.labels(agent, verdict.status).inc()
 
     @asynccontextmanager
     async def _turn(self, trace: Trace) -> AsyncIterator[Turn | None]:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from monitor.agents_report import parse_since
 from monitor.command import ExitCode, Subparsers, set_handler, settings_or_exit
 from monitor.config import Settings
 from monitor.logs import configure_logging
 from monitor.review import items
-from monitor.review.queries import answers_for
+from monitor.review.queries import review_for
 from monitor.review.render import render_json, render_text
 from monitor.sinks.store import Store, sanitized_url
+from monitor.windows import DEFAULT_TIME, TIME_HELP, TIMES, check_time, parse_since
 
 
 def register(subparsers: Subparsers) -> None:
@@ -31,13 +31,7 @@ def register(subparsers: Subparsers) -> None:
         help="1h (default), 90m, 7d or ISO time; counted from when answers were scored"
         " (see --time)",
     )
-    review.add_argument(
-        "--time",
-        choices=items.TIMES,
-        default=items.DEFAULT_TIME,
-        help="what --since counts from: 'scored' (default; finds a replay of old traces right"
-        " after it ran) or 'trace' (the traces' own timestamps)",
-    )
+    review.add_argument("--time", choices=TIMES, default=DEFAULT_TIME, help=TIME_HELP)
     review.add_argument(
         "--no-group",
         dest="group",
@@ -82,7 +76,7 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
     except ValueError as exc:
         print(f"rag-monitor: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    time = items.check_time(args.time)
+    time = check_time(args.time)
     query = items.ReviewQuery(since, args.metric, args.agent, args.worst, time, args.group)
     url = settings.store.url.get_secret_value()
     try:
@@ -95,16 +89,17 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
         )
         return ExitCode.UNAVAILABLE
     try:
-        answers = await answers_for(store, query, items.review_redactor(settings))
+        review = await review_for(store, query, items.review_redactor(settings))
     except Exception as exc:
         print(f"rag-monitor: cannot read the results store: {_scrubbed(exc, url)}", file=sys.stderr)
         return ExitCode.UNAVAILABLE
     finally:
         await store.close()
     if args.json:
-        print(render_json(answers, query))
+        print(render_json(review.worst, query, review))
     else:
-        print(render_text(answers, since=since, agent=args.agent, time=time), end="")
+        text = render_text([], since=since, agent=args.agent, time=time, review=review)
+        print(text, end="" if text.endswith("\n") else "\n")
     return ExitCode.OK
 
 

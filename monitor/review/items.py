@@ -15,7 +15,8 @@ from monitor.config import Settings
 from monitor.evaluators.redaction import Redactor
 from monitor.models import EvaluationResult
 from monitor.pipeline.scoring import TextRedactor
-from monitor.sinks.store import SCORE_COLUMNS, TimeBasis
+from monitor.sinks.store import SCORE_COLUMNS
+from monitor.windows import DEFAULT_TIME, TimeBasis
 
 # Every metric an evaluator writes: the columns of the store first, then those read from the
 # stored result document.
@@ -35,10 +36,6 @@ CLAIM_CHARS = 500
 MAX_WORST = 200
 DEFAULT_SINCE = "1h"
 DEFAULT_WORST = 20
-# Which time --since counts from: when the answer was scored (the default: a replay of old
-# traces is found right after it ran), or the trace's own timestamp.
-TIMES: tuple[TimeBasis, ...] = ("scored", "trace")
-DEFAULT_TIME: TimeBasis = "scored"
 MAX_SIMILAR_IDS = 10
 
 # Shown-constraint statuses: a rule broken, or dropped after a few turns.
@@ -72,12 +69,6 @@ def check_metric(metric: str) -> str:
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; one of: {', '.join(METRICS)}")
     return metric
-
-
-def check_time(time: str) -> TimeBasis:
-    if time not in TIMES:
-        raise ValueError(f"time must be one of: {', '.join(TIMES)}")
-    return time
 
 
 @dataclass(frozen=True)
@@ -189,6 +180,82 @@ class ReviewItem:
             ],
             "flags": list(self.flags),
         }
+
+
+UNMEASURED_EXAMPLES = 5  # answers shown per reason a metric is unmeasured
+MAX_REASONS = 20  # reasons listed; the rest are counted together
+# What an unmeasured reason means for whoever reviews it (the evaluators' reasons; any other is
+# shown as it is).
+REASONS = {
+    "empty_answer": "the answer is empty",
+    "refusal": 'the answer declines ("I don\'t know"): neither faithful nor unfaithful',
+    "no_contexts": "nothing was retrieved for the question",
+    "contexts_without_text": "the trace names retrieved documents but not their text",
+    "no_claims": "the answer states nothing that can be checked",
+    "cross_language": "the answer is in another language than its contexts (or than the"
+    " question): tier 0 cannot compare the words, the LLM judge can",
+    "unsupported_language": "a language tier 0 has no analyser for (it reads English and Japanese)",
+    "no_question": "the trace has no question",
+    "judge_error": "the LLM judge failed",
+    "judge_timeout": "the LLM judge did not answer in time",
+    "malformed_output": "the LLM judge's reply could not be read",
+    "context_too_long": "the prompt was longer than the judge model's context",
+    "circuit_open": "the judge endpoint was failing: work shed",
+}
+
+
+@dataclass(frozen=True)
+class UnmeasuredGroup:
+    """The answers of a listing's window whose metric is unmeasured for one reason: how many,
+    and the latest few."""
+
+    reason: str
+    count: int
+    items: list[ReviewItem]
+
+    @property
+    def explanation(self) -> str | None:
+        return REASONS.get(self.reason)
+
+    @property
+    def not_shown(self) -> int:
+        return self.count - len(self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "explanation": self.explanation,
+            "count": self.count,
+            "not_shown": self.not_shown,
+            "items": [item.to_json() for item in self.items],
+        }
+
+
+@dataclass(frozen=True)
+class Review:
+    """One listing: the worst measured answers, how many measured ones it left out, and the
+    answers it cannot rank because their metric is unmeasured, by reason. `empty_hint` says
+    where answers are when the window holds none."""
+
+    worst: list[ReviewItem]
+    metric: str
+    measured: int
+    unmeasured: list[UnmeasuredGroup] = field(default_factory=list)
+    empty_hint: str | None = None
+
+    @property
+    def shown(self) -> int:
+        """Measured answers the worst list stands for (near-identical ones folded in)."""
+        return sum(item.count for item in self.worst)
+
+    @property
+    def not_shown(self) -> int:
+        """Measured answers of the window beyond the worst list."""
+        return max(0, self.measured - self.shown)
+
+    @property
+    def unmeasured_count(self) -> int:
+        return sum(group.count for group in self.unmeasured)
 
 
 def excerpt(text: str, limit: int) -> tuple[str, bool]:

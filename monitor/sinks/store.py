@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import structlog
 from sqlalchemy import (
@@ -30,6 +30,8 @@ from sqlalchemy import (
     Text,
     and_,
     cast,
+    exists,
+    func,
     or_,
     select,
     text,
@@ -41,10 +43,12 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from monitor.models import EvaluationResult
 from monitor.retry import Backoff, RetryMetrics, RetryPolicy
+from monitor.windows import TimeBasis
 
 log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
@@ -55,8 +59,6 @@ metadata = MetaData()
 # reads any other score from the stored result document, by a name like these.
 SCORE_COLUMNS = ("faithfulness", "answer_relevancy", "context_precision")
 METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
-# What a time window counts from: when results were scored, or the traces' own timestamps.
-TimeBasis = Literal["scored", "trace"]
 
 
 class RankedResult(NamedTuple):
@@ -391,18 +393,18 @@ class Store:
         timestamp, or when the result was scored (rows stored before `scored_at` existed count
         by their trace time).
         """
-        if metric not in SCORE_COLUMNS and not METRIC_NAME.fullmatch(metric):
-            raise ValueError(f"unknown metric {metric!r}")
-        value = _metric_value(self._dialect, metric)
-        table = results_table
+        value = _metric_value(self._dialect, _checked_metric(metric))
         query = (
-            select(table.c.result, table.c.query, table.c.answer, table.c.scored_at)
+            _ranked_rows()
             .where(_since(since, counted_from), value.is_not(None))
-            .order_by(value.asc(), table.c.timestamp.desc())
+            .order_by(value.asc(), results_table.c.timestamp.desc())
             .limit(limit)
         )
+        return await self._ranked(query, agent)
+
+    async def _ranked(self, query: Select[Any], agent: str | None) -> list[RankedResult]:
         if agent is not None:
-            query = query.where(table.c.agent == agent)
+            query = query.where(results_table.c.agent == agent)
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [
@@ -423,6 +425,77 @@ class Store:
         )
         async with self._engine.connect() as conn:
             return [str(r[0]) for r in (await conn.execute(query)).all()]
+
+    async def score_counts(
+        self,
+        since: datetime,
+        metric: str,
+        agent: str | None = None,
+        *,
+        counted_from: TimeBasis = "trace",
+    ) -> dict[str | None, int]:
+        """How many results since a time have `metric` measured (key None) or unmeasured (key:
+        the reason); results without the metric at all (another evaluator's) are not counted."""
+        value = _metric_value(self._dialect, _checked_metric(metric))
+        reason = _metric_reason(self._dialect, metric)
+        query = (
+            select(reason, func.count())
+            .where(_since(since, counted_from), or_(value.is_not(None), reason.is_not(None)))
+            .group_by(reason)
+        )
+        if agent is not None:
+            query = query.where(results_table.c.agent == agent)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        counts: dict[str | None, int] = {}
+        for key, count in rows:
+            counts[None if key is None else str(key)] = int(count)
+        return counts
+
+    async def unmeasured(
+        self,
+        since: datetime,
+        metric: str,
+        reason: str,
+        agent: str | None = None,
+        limit: int = 5,
+        *,
+        counted_from: TimeBasis = "trace",
+    ) -> list[RankedResult]:
+        """The latest results since a time whose `metric` is unmeasured for `reason`."""
+        value = _metric_value(self._dialect, _checked_metric(metric))
+        query = (
+            _ranked_rows()
+            .where(
+                _since(since, counted_from),
+                value.is_(None),
+                _metric_reason(self._dialect, metric) == reason,
+            )
+            .order_by(results_table.c.timestamp.desc(), results_table.c.trace_id)
+            .limit(limit)
+        )
+        return await self._ranked(query, agent)
+
+    async def result_extent(
+        self, since: datetime, agent: str | None = None, *, counted_from: TimeBasis = "trace"
+    ) -> tuple[int, datetime | None]:
+        """How many results there are since a time, and when the latest of all was scored (or
+        timestamped, by `counted_from`): what an empty window's hint is made of."""
+        table = results_table
+        moment = (
+            table.c.timestamp
+            if counted_from == "trace"
+            else func.coalesce(table.c.scored_at, table.c.timestamp)
+        )
+        count = select(func.count()).where(_since(since, counted_from))
+        latest = select(func.max(moment))
+        if agent is not None:
+            count = count.where(table.c.agent == agent)
+            latest = latest.where(table.c.agent == agent)
+        async with self._engine.connect() as conn:
+            n = (await conn.execute(count.select_from(table))).scalar() or 0
+            last = (await conn.execute(latest.select_from(table))).scalar()
+        return int(n), _as_datetime(last)
 
     # ---------------------------------------------------------------- generic keyed documents
 
@@ -469,6 +542,37 @@ class Store:
             stmt = stmt.where(table.c[name] == value)
         async with self._engine.begin() as conn:
             await conn.execute(stmt)
+
+
+def _ranked_rows() -> Select[Any]:
+    """The columns a RankedResult is made of."""
+    table = results_table
+    return select(table.c.result, table.c.query, table.c.answer, table.c.scored_at)
+
+
+def _checked_metric(metric: str) -> str:
+    if metric not in SCORE_COLUMNS and not METRIC_NAME.fullmatch(metric):
+        raise ValueError(f"unknown metric {metric!r}")
+    return metric
+
+
+def _metric_reason(dialect: str, metric: str) -> ColumnElement[Any]:
+    """SQL for why a metric is unmeasured: the reason in the stored result (NULL if measured)."""
+    path = ("scores", _checked_metric(metric), "reason")
+    reason: ColumnElement[Any]
+    if dialect == "postgresql":
+        reason = cast(results_table.c.result, JSONB)[path].astext
+    else:
+        reason = type_coerce(results_table.c.result, JSON)[path].as_string()
+    return reason
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    """A timestamp as a query returns it (SQLite: a string, or naive), in UTC."""
+    if value is None:
+        return None
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _metric_value(dialect: str, metric: str) -> ColumnElement[Any]:
@@ -526,11 +630,43 @@ def _result_row(
     }
 
 
-async def turns_since(store: Store, since: datetime) -> list[dict[str, Any]]:
-    """Stored conversation turns with a timestamp at or after `since`."""
-    query = select(turns_table).where(turns_table.c.timestamp >= since)
+def _turns_since(since: datetime, counted_from: TimeBasis) -> ColumnElement[bool]:
+    """Turns whose trace is timestamped at or after `since`, or was scored then (a result of
+    the trace written since: the turn row is written with it)."""
+    if counted_from == "trace":
+        return turns_table.c.timestamp >= since
+    return exists().where(
+        results_table.c.trace_id == turns_table.c.trace_id, _since(since, counted_from)
+    )
+
+
+async def turns_since(
+    store: Store, since: datetime, *, counted_from: TimeBasis = "trace"
+) -> list[dict[str, Any]]:
+    """Stored conversation turns since a time: by their traces' timestamps (`counted_from`
+    "trace") or by when they were scored ("scored")."""
+    query = select(turns_table).where(_turns_since(since, counted_from))
     async with store._engine.connect() as conn:
         return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+
+async def turn_extent(
+    store: Store, since: datetime, *, counted_from: TimeBasis = "trace"
+) -> tuple[int, datetime | None]:
+    """How many turns there are since a time, and when the latest of all was scored (or
+    timestamped): what an empty window's hint is made of."""
+    count = select(func.count()).select_from(turns_table).where(_turns_since(since, counted_from))
+    if counted_from == "trace":
+        latest = select(func.max(turns_table.c.timestamp))
+    else:
+        moment = func.coalesce(results_table.c.scored_at, results_table.c.timestamp)
+        latest = select(func.max(moment)).where(
+            results_table.c.trace_id.in_(select(turns_table.c.trace_id))
+        )
+    async with store._engine.connect() as conn:
+        n = (await conn.execute(count)).scalar() or 0
+        last = (await conn.execute(latest)).scalar()
+    return int(n), _as_datetime(last)
 
 
 class StoreGoldenSink:
