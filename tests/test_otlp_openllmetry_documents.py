@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -54,6 +54,32 @@ def _span(
         yield
 
 
+def _openai_chat(app: App, prompt: str, *, indexed: bool = False) -> AbstractContextManager[None]:
+    """The OpenAI instrumentation's span of the answering call: GenAI messages (0.62.4) or
+    indexed `gen_ai.prompt.N.*` attributes (0.52.6)."""
+    if indexed:
+        messages: dict[str, Any] = {
+            "llm.request.type": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.prompt.0.role": "user",
+            "gen_ai.prompt.0.content": prompt,
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.content": ANSWER,
+        }
+    else:
+        messages = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": prompt}]}]
+            ),
+            "gen_ai.output.messages": json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
+            ),
+        }
+    attributes = {**SESSION, "gen_ai.request.model": "gpt-4o-mini", **messages}
+    return _span(app, "openai.chat", SpanKind.CLIENT, **attributes)
+
+
 # ============================================================================ LangChain
 
 
@@ -89,6 +115,25 @@ def _step_output(outputs: Any, tag: str) -> str:
     return json.dumps({"outputs": outputs, "kwargs": {"tags": [tag]}})
 
 
+CHAIN = {"traceloop.workflow.name": "RunnableSequence", **SESSION}
+
+
+def _chain_root(app: App, **attributes: Any) -> AbstractContextManager[None]:
+    """The chain's own span: a workflow taking the question and giving the answer."""
+    return _span(
+        app,
+        "RunnableSequence.workflow",
+        **CHAIN,
+        **{
+            "traceloop.span.kind": "workflow",
+            "traceloop.entity.name": "RunnableSequence",
+            "traceloop.entity.input": _step_input(QUESTION, "RunnableSequence", "x"),
+            "traceloop.entity.output": _step_output(ANSWER, "x"),
+            **attributes,
+        },
+    )
+
+
 def _prompt(documents: list[dict[str, Any]]) -> str:
     context = "\n".join(d["kwargs"]["page_content"] for d in documents)
     return f"Context:\n{context}\n\nQuestion: {QUESTION}"
@@ -105,25 +150,14 @@ def langchain_current(
     Document.id), the chain steps as `execute_task`, the OpenAI call's GenAI messages.
     `retrieved` None: content capture off on the retriever (no output recorded)."""
     handed = handed if handed is not None else _lc_docs(DOCS)
-    chain = {"traceloop.workflow.name": "RunnableSequence", **SESSION}
-    with _span(
-        app,
-        "RunnableSequence.workflow",
-        **chain,
-        **{
-            "traceloop.span.kind": "workflow",
-            "traceloop.entity.name": "RunnableSequence",
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": "RunnableSequence",
-            "traceloop.entity.input": _step_input(QUESTION, "RunnableSequence", "x"),
-            "traceloop.entity.output": _step_output(ANSWER, "x"),
-        },
+    with _chain_root(
+        app, **{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "RunnableSequence"}
     ):
         parallel = "RunnableParallel<context,question>"
         with _span(
             app,
             f"execute_task {parallel}",
-            **chain,
+            **CHAIN,
             **{
                 "traceloop.span.kind": "task",
                 "traceloop.entity.name": parallel,
@@ -148,14 +182,14 @@ def langchain_current(
                     {"documents": retrieved, "count": len(retrieved)}
                 )
             with _span(
-                app, "vector_db_retrieve PlanRetriever", SpanKind.CLIENT, **chain, **retriever
+                app, "vector_db_retrieve PlanRetriever", SpanKind.CLIENT, **CHAIN, **retriever
             ):
                 pass
         with (
             _span(
                 app,
                 "execute_task generate",
-                **chain,
+                **CHAIN,
                 **{
                     "traceloop.span.kind": "task",
                     "traceloop.entity.name": "generate",
@@ -166,22 +200,7 @@ def langchain_current(
                     "traceloop.entity.output": _step_output(ANSWER, "seq:step:2"),
                 },
             ),
-            _span(
-                app,
-                "openai.chat",
-                SpanKind.CLIENT,
-                **SESSION,
-                **{
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.request.model": "gpt-4o-mini",
-                    "gen_ai.input.messages": json.dumps(
-                        [{"role": "user", "parts": [{"type": "text", "content": _prompt(handed)}]}]
-                    ),
-                    "gen_ai.output.messages": json.dumps(
-                        [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
-                    ),
-                },
-            ),
+            _openai_chat(app, _prompt(handed)),
         ):
             pass
 
@@ -231,23 +250,12 @@ def langchain_052(app: App, steps: list[list[dict[str, Any]]]) -> None:
     on_retriever_start); the documents only pass through the chain steps as serialised
     Document constructors. `steps`: the documents each step after the retrieval is given,
     the last one calling the model."""
-    chain = {"traceloop.workflow.name": "RunnableSequence", **SESSION}
-    with _span(
-        app,
-        "RunnableSequence.workflow",
-        **chain,
-        **{
-            "traceloop.span.kind": "workflow",
-            "traceloop.entity.name": "RunnableSequence",
-            "traceloop.entity.input": _step_input(QUESTION, "RunnableSequence", "x"),
-            "traceloop.entity.output": _step_output(ANSWER, "x"),
-        },
-    ):
+    with _chain_root(app):
         with (
             _span(
                 app,
                 "RunnableParallel<context,question>.task",
-                **chain,
+                **CHAIN,
                 **{
                     "traceloop.span.kind": "task",
                     "traceloop.entity.input": _step_input(QUESTION, "p", "seq:step:1"),
@@ -259,7 +267,7 @@ def langchain_052(app: App, steps: list[list[dict[str, Any]]]) -> None:
             _span(
                 app,
                 "RunnablePassthrough.task",
-                **chain,
+                **CHAIN,
                 **{
                     "traceloop.span.kind": "task",
                     "traceloop.entity.input": _step_input(QUESTION, "q", "map:key:question"),
@@ -274,7 +282,7 @@ def langchain_052(app: App, steps: list[list[dict[str, Any]]]) -> None:
             with _span(
                 app,
                 "generate.task" if last else "keep_best.task",
-                **chain,
+                **CHAIN,
                 **{
                     "traceloop.span.kind": "task",
                     "traceloop.entity.input": _step_input(given, "g", f"seq:step:{index + 2}"),
@@ -285,21 +293,7 @@ def langchain_052(app: App, steps: list[list[dict[str, Any]]]) -> None:
                 },
             ):
                 if last:
-                    with _span(
-                        app,
-                        "openai.chat",
-                        SpanKind.CLIENT,
-                        **SESSION,
-                        **{
-                            "llm.request.type": "chat",
-                            "gen_ai.system": "openai",
-                            "gen_ai.request.model": "gpt-4o-mini",
-                            "gen_ai.prompt.0.role": "user",
-                            "gen_ai.prompt.0.content": _prompt(documents),
-                            "gen_ai.completion.0.role": "assistant",
-                            "gen_ai.completion.0.content": ANSWER,
-                        },
-                    ):
+                    with _openai_chat(app, _prompt(documents), indexed=True):
                         pass
 
 
@@ -460,32 +454,7 @@ def llamaindex(
                         "traceloop.entity.output": json.dumps({"response": ANSWER}),
                     },
                 ),
-                _span(
-                    app,
-                    "openai.chat",
-                    SpanKind.CLIENT,
-                    **SESSION,
-                    **{
-                        "gen_ai.operation.name": "chat",
-                        "gen_ai.request.model": "gpt-4o-mini",
-                        "gen_ai.input.messages": json.dumps(
-                            [
-                                {
-                                    "role": "user",
-                                    "parts": [
-                                        {
-                                            "type": "text",
-                                            "content": f"{CAPACITY}\nQuery: {QUESTION}",
-                                        }
-                                    ],
-                                }
-                            ]
-                        ),
-                        "gen_ai.output.messages": json.dumps(
-                            [{"role": "assistant", "parts": [{"type": "text", "content": ANSWER}]}]
-                        ),
-                    },
-                ),
+                _openai_chat(app, f"{CAPACITY}\nQuery: {QUESTION}"),
             ):
                 pass
 
@@ -546,17 +515,7 @@ def test_llamaindex_legacy_retrieve_task() -> None:
             },
         ):
             pass
-        with _span(
-            app,
-            "openai.chat",
-            SpanKind.CLIENT,
-            **SESSION,
-            **{
-                "gen_ai.operation.name": "chat",
-                "gen_ai.input.messages": json.dumps([{"role": "user", "parts": ["Context..."]}]),
-                "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [ANSWER]}]),
-            },
-        ):
+        with _openai_chat(app, "Context..."):
             pass
     trace = _trace(app)
     assert trace.query == QUESTION

@@ -15,39 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
-from langchain_core.documents import Document as LCDocument
-from langchain_core.retrievers import BaseRetriever
+from langchain_common import plan_retriever
 from langchain_core.runnables import RunnableLambda, RunnableParallel, RunnablePassthrough
 from openai import OpenAI
 from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 from rag_common import SYSTEM_PROMPT, load_plan, retriever, turns
 from traceloop.sdk import Traceloop
+from traceloop_common import init_traceloop
 
 plan = load_plan()
-Traceloop.init(
-    app_name=plan["service"],
-    api_endpoint=plan["otlp_endpoint"],
-    telemetry_enabled=False,
-)
-# Traceloop.init instruments LangChain only when the `langchain` package is installed (0.52.6
-# checks for it by name); this app needs only langchain-core, so it instruments LangChain
-# itself when the SDK did not, as OpenLLMetry's docs show for the standalone package.
-if not LangchainInstrumentor().is_instrumented_by_opentelemetry:
-    LangchainInstrumentor().instrument()
-
-lookup = retriever(plan)
+init_traceloop(plan, LangchainInstrumentor())
 client = OpenAI(base_url=plan["openai_base_url"], api_key="test-key")
-
-
-class PlanRetriever(BaseRetriever):
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-    ) -> list[LCDocument]:
-        return [
-            LCDocument(page_content=d.text, metadata={"id": d.id, "score": d.score}, id=d.id)
-            for d in lookup(query)
-        ]
 
 
 def generate(inputs: dict[str, Any]) -> str:
@@ -63,9 +41,9 @@ def generate(inputs: dict[str, Any]) -> str:
     return response.choices[0].message.content or ""
 
 
-chain = RunnableParallel(context=PlanRetriever(), question=RunnablePassthrough()) | RunnableLambda(
-    generate
-)
+chain = RunnableParallel(
+    context=plan_retriever(retriever(plan)), question=RunnablePassthrough()
+) | RunnableLambda(generate)
 
 for turn in turns(plan):
     chain.invoke(turn.question, config={"metadata": {"session_id": turn.conversation}})

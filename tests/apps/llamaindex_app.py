@@ -18,17 +18,10 @@ from openai import OpenAI
 from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
 from rag_common import load_plan, retriever, turns
 from traceloop.sdk import Traceloop
+from traceloop_common import init_traceloop
 
 plan = load_plan()
-Traceloop.init(
-    app_name=plan["service"],
-    api_endpoint=plan["otlp_endpoint"],
-    telemetry_enabled=False,
-)
-# Traceloop.init instruments LlamaIndex only when the `llama-index` meta-package is installed;
-# this app needs only llama-index-core and the OpenAI LLM, so it instruments LlamaIndex itself.
-if not LlamaIndexInstrumentor().is_instrumented_by_opentelemetry:
-    LlamaIndexInstrumentor().instrument()
+init_traceloop(plan, LlamaIndexInstrumentor())
 
 lookup = retriever(plan)
 
