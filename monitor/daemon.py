@@ -524,6 +524,6 @@ async def build_scoring_stage(
         results_redactor=redactor if settings.redact.results_topic and redactor.enabled else None,
         conversations=tracker,
         on_skip=lambda reason: metrics.traces_skipped.labels(reason).inc(),
-        constraint_checks=conversation_metrics.constraint_checks,  # traces without conversation
+        count_constraints=conversation_metrics.count_constraint_checks,  # traces without one
     )
     return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget)

@@ -94,6 +94,11 @@ class ConversationMetrics:
         self.evicted = catalog.create(catalog.CONVERSATIONS_EVICTED, r)
         self.renumbered = catalog.create(catalog.TURNS_RENUMBERED, r)
 
+    def count_constraint_checks(self, agent: str, verdicts: Sequence[ConstraintVerdict]) -> None:
+        label = self.agent_label(agent)
+        for verdict in verdicts:
+            self.constraint_checks.labels(label, verdict.status).inc()
+
 
 class _Conversation:
     __slots__ = (
@@ -391,8 +396,7 @@ class ConversationTracker:
             m.drift.labels(agent, bucket).observe(row["drift"])
         if trace.memory_tokens is not None:
             m.memory.labels(agent).observe(trace.memory_tokens)
-        for verdict in verdicts:
-            m.constraint_checks.labels(agent, verdict.status).inc()
+        m.count_constraint_checks(trace.agent, verdicts)
 
     async def _load(self, conversation_id: str, agent: str) -> _Conversation:
         conv = _Conversation(agent)

@@ -21,15 +21,14 @@ metrics, which counted the trace once already, are not counted again).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
-from prometheus_client import Counter
 
 from monitor.evaluators.sampler import Sampler
-from monitor.models import EvaluationResult, StatementVerdict, Trace
+from monitor.models import ConstraintVerdict, EvaluationResult, StatementVerdict, Trace
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.span_events import add_evaluation_events
@@ -110,7 +109,7 @@ class ScoringProcessor:
         offload_chars: int = DEFAULT_OFFLOAD_CHARS,
         conversations: ConversationTracker | None = None,
         on_skip: Callable[[str], None] | None = None,
-        constraint_checks: Counter | None = None,
+        count_constraints: Callable[[str, Sequence[ConstraintVerdict]], None] | None = None,
     ) -> None:
         self._tier0 = tier0
         self._offload_chars = offload_chars
@@ -125,7 +124,7 @@ class ScoringProcessor:
         self._results_redactor = results_redactor
         self._conversations = conversations
         self._on_skip = on_skip
-        self._constraint_checks = constraint_checks
+        self._count_constraint_checks = count_constraints
         self.observers: list[ResultObserver] = []
 
     async def process(self, trace: Trace) -> None:
@@ -153,11 +152,8 @@ class ScoringProcessor:
                     await self._emit(trace, self._flagged(trace, judged), turn, count)
 
     def _count_constraints(self, result: EvaluationResult) -> None:
-        if self._constraint_checks is None:
-            return
-        agent = self._metrics.agent_label(result.agent)
-        for verdict in result.constraints:
-            self._constraint_checks.labels(agent, verdict.status).inc()
+        if self._count_constraint_checks is not None:
+            self._count_constraint_checks(result.agent, result.constraints)
 
     @asynccontextmanager
     async def _turn(self, trace: Trace) -> AsyncIterator[Turn | None]:
