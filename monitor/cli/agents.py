@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
-from monitor.logs import configure_logging
 
 
 def register(subparsers: Subparsers) -> None:
@@ -23,8 +21,11 @@ def register(subparsers: Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
     from monitor.agents_report import compare, parse_since, records_from_rows, render_table
     from monitor.evaluators.multiturn import summarize_agents
+    from monitor.logs import configure_logging
     from monitor.sinks.store import Store, turns_since
 
     baseline: str | None = args.baseline

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-from aiokafka.errors import KafkaError
-
 from monitor.command import ExitCode, Subparsers, fail, program_name, set_handler, settings_or_exit
-from monitor.logs import configure_logging
-from monitor.sinks.topics import MissingTopicError
 
 if TYPE_CHECKING:  # the daemon's wiring is imported when `run` runs, not for every command
     from monitor.daemon import Daemon
@@ -33,8 +27,15 @@ def register(subparsers: Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
+    import structlog
+    from aiokafka.errors import KafkaError
+
     from monitor.daemon import Daemon, SourceSpec
     from monitor.http import HttpBindError
+    from monitor.logs import configure_logging
+    from monitor.sinks.topics import MissingTopicError
     from monitor.sources.file import SourceReadError, input_problem
 
     config: Path | None = args.config
@@ -112,6 +113,10 @@ def replay_summary(daemon: Daemon, path: str) -> str:
 
 
 async def _serve(daemon: Daemon) -> ExitCode:
+    import asyncio
+
+    import structlog
+
     log = structlog.get_logger("monitor.cli")
     loop = asyncio.get_running_loop()
     signals_seen = 0

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry
+from typing import TYPE_CHECKING
 
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
-from monitor.config import Settings
-from monitor.logs import configure_logging
-from monitor.models import Trace
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from monitor.config import Settings
+    from monitor.models import Trace
 
 
 def register(subparsers: Subparsers) -> None:
@@ -32,6 +33,9 @@ def register(subparsers: Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
+    from monitor.logs import configure_logging
     from monitor.offline import InputError, RunSummary, check_paths, read_traces
 
     input_path: str = args.input

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
-
-from aiokafka.errors import KafkaError
+from typing import TYPE_CHECKING
 
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
-from monitor.sources.topic_admin import TopicOutcome, create_topics, needed_topics
+
+if TYPE_CHECKING:
+    from monitor.sources.topic_admin import TopicOutcome
 
 
 def register(subparsers: Subparsers) -> None:
@@ -24,6 +24,12 @@ def register(subparsers: Subparsers) -> None:
 
 
 def create_needed(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
+    from aiokafka.errors import KafkaError
+
+    from monitor.sources.topic_admin import create_topics, needed_topics
+
     settings = settings_or_exit(args.config)
     try:
         outcomes = asyncio.run(create_topics(settings, needed_topics(settings)))

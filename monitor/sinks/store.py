@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import structlog
 from sqlalchemy import (
@@ -45,18 +45,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from monitor.models import EvaluationResult
 from monitor.retry import Backoff, RetryMetrics, RetryPolicy
+from monitor.sinks.store_columns import SCORE_COLUMNS as SCORE_COLUMNS
+from monitor.sinks.store_columns import TimeBasis as TimeBasis
 
 log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
 
 metadata = MetaData()
 
-# Scores with a column of their own in evaluation_results (ranked by an indexed column); `worst`
-# reads any other score from the stored result document, by a name like these.
-SCORE_COLUMNS = ("faithfulness", "answer_relevancy", "context_precision")
 METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
-# What a time window counts from: when results were scored, or the traces' own timestamps.
-TimeBasis = Literal["scored", "trace"]
 
 
 class RankedResult(NamedTuple):
