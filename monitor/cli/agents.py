@@ -26,7 +26,8 @@ def handle(args: argparse.Namespace) -> ExitCode:
     from monitor.agents_report import compare, parse_since, records_from_rows, render_table
     from monitor.evaluators.multiturn import summarize_agents
     from monitor.logs import configure_logging
-    from monitor.sinks.store import Store, turns_since
+    from monitor.sinks.store import Store, sanitized_url, turns_since
+    from monitor.sinks.store_location import NO_STORE_HINT, describe_store, missing_store
 
     baseline: str | None = args.baseline
     settings = settings_or_exit(args.config)
@@ -35,8 +36,13 @@ def handle(args: argparse.Namespace) -> ExitCode:
     except ValueError as exc:
         return fail(str(exc), ExitCode.USAGE)
 
+    url = settings.store.url.get_secret_value()
+    shown = describe_store(url, sanitized_url(url))
+    if missing_store(url) is not None:
+        return fail(f"no results store at {shown}; {NO_STORE_HINT}", ExitCode.UNAVAILABLE)
+
     async def load() -> list[dict[str, object]]:
-        store = await Store.open(settings.store.url.get_secret_value())
+        store = await Store.open(url)
         try:
             return await turns_since(store, since)
         finally:
@@ -47,5 +53,9 @@ def handle(args: argparse.Namespace) -> ExitCode:
     if baseline is not None and baseline not in summaries:
         return fail(f"no turns of baseline agent {baseline!r} since {since}", ExitCode.USAGE)
     report = compare(summaries, baseline)
-    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render_table(report))
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print(render_table(report))
+        print(f"results store: {shown}")
     return ExitCode.OK

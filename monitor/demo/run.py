@@ -217,9 +217,11 @@ def demo_settings(
 async def produce_traffic(bootstrap: str, service: RagService, rate: float) -> None:
     """Send demo conversations at `rate` traces per second until cancelled."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-    await producer.start()
     generator = TrafficGenerator(service)
     try:
+        # Inside the try: cancelled while connecting (the daemon failed to start), the producer
+        # is still closed, not left to the garbage collector's "Unclosed AIOKafkaProducer".
+        await producer.start()
         while True:
             for key, value in generator.conversation():
                 await producer.send_and_wait(TOPICS[0], value=value, key=key)

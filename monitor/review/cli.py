@@ -81,6 +81,7 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
     from monitor.review.queries import answers_for
     from monitor.review.render import render_json, render_text
     from monitor.sinks.store import Store, sanitized_url
+    from monitor.sinks.store_location import NO_STORE_HINT, describe_store, missing_store
 
     try:
         since = parse_since(args.since)
@@ -90,6 +91,10 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
     time = items.check_time(args.time)
     query = items.ReviewQuery(since, args.metric, args.agent, args.worst, time, args.group)
     url = settings.store.url.get_secret_value()
+    shown = describe_store(url, sanitized_url(url))
+    if missing_store(url) is not None:
+        print(f"rag-monitor: no results store at {shown}; {NO_STORE_HINT}", file=sys.stderr)
+        return ExitCode.UNAVAILABLE
     try:
         store = await Store.open(url)
     except Exception as exc:
@@ -110,6 +115,7 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
         print(render_json(answers, query))
     else:
         print(render_text(answers, since=since, agent=args.agent, time=time), end="")
+        print(f"results store: {shown}")
     return ExitCode.OK
 
 
