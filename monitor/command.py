@@ -43,6 +43,9 @@ class ExitCode(IntEnum):
     """`demo`: a part died while it ran."""
     FORCED = 130
     """A second SIGTERM or Ctrl-C during shutdown."""
+    BROKEN_PIPE = 141
+    """Standard output was closed early (piped into `head`); 128 + SIGPIPE, as a shell reports
+    any program that signal ends."""
 
 
 Handler = Callable[[argparse.Namespace], ExitCode]

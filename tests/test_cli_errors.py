@@ -89,3 +89,16 @@ def test_review_and_agents_name_the_store_they_read(tmp_path: Path) -> None:
         )
     listing = _cli(tmp_path, "review", "--json")
     assert listing.stdout.lstrip().startswith("{") and "results store" not in listing.stdout
+
+
+def test_output_into_a_closed_pipe_ends_quietly_with_141(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written (`| head -0`)
+    try:
+        result = subprocess.run(
+            [str(RAG_MONITOR), "schema"], stdout=write_end, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path, env=_env(), timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import sqlite3
@@ -20,8 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from monitor.demo.otlp_traffic import as_otlp
 from monitor.demo.service import RagService
 from monitor.demo.traffic import TrafficGenerator
+from monitor.sources.otlp import decode_otlp
+from monitor.sources.otlp_mapping import spans_to_trace
 from tests.support.services import service_unavailable
 from tests.support.terminal import Terminal, alive, child_pids, command_line
 
@@ -37,6 +41,33 @@ def test_traffic_mixes_grounded_invented_drifting_and_malformed_messages() -> No
     assert any(not v.startswith(b'{"schema_version": 1') for v in values), "some are malformed"
     keys = {k for k, _ in messages}
     assert len(keys) == 40, "each conversation has its own key"
+
+
+def test_otlp_traffic_maps_back_to_the_trace_it_was_made_from() -> None:
+    generator = TrafficGenerator(RagService(), seed=5, malformed_every=4)
+    rng = random.Random(1)
+    mapped = malformed = 0
+    for _ in range(12):
+        for key, value in generator.conversation():
+            otlp_key, otlp_value = as_otlp(key, value, rng)
+            if not value.startswith(b'{"schema_version": 1'):
+                assert (otlp_key, otlp_value) == (key, value), "malformed stays malformed"
+                malformed += 1
+                continue
+            native = json.loads(value)
+            trace = spans_to_trace(decode_otlp(otlp_value, "otlp_proto"))
+            assert trace is not None and otlp_key == bytes.fromhex(native["trace_id"])
+            assert (trace.trace_id, trace.agent, trace.conversation_id) == (
+                native["trace_id"], native["agent"], native["conversation_id"],
+            )  # fmt: skip
+            assert (trace.query, trace.answer, trace.model) == (
+                native["query"], native["answer"], native["model"],
+            )  # fmt: skip
+            assert [(c.id, c.text) for c in trace.contexts] == [
+                (c["id"], c["text"]) for c in native["contexts"]
+            ]
+            mapped += 1
+    assert mapped > 20 and malformed > 0
 
 
 def _require_tansu() -> None:
@@ -138,6 +169,31 @@ def test_ctrl_c_in_a_terminal_stops_everything_and_exits_0(demo: Terminal, tmp_p
         turns = db.execute("SELECT count(*) FROM conversation_turns").fetchone()[0]
     assert agents <= {"support-bot", "support-bot-canary"} and agents
     assert turns >= 10
+
+
+@pytest.mark.slow
+def test_the_otlp_mode_sends_spans_through_the_otlp_stage(tmp_path: Path) -> None:
+    _require_tansu()
+    terminal = Terminal(
+        [sys.executable, "-m", "monitor.cli", "demo", "--otlp", "--port", "0", "--rate", "20",
+         "--no-prometheus"],
+        cwd=tmp_path,
+        env=_env(),
+    )  # fmt: skip
+    try:
+        output = terminal.wait_for_text("so consumer lag reads low", timeout=60)
+        assert "otlp_spans: OpenTelemetry spans (OTLP protobuf), through the OTLP stage" in output
+        metrics_url = _banner_value(output, "metrics")
+        assert _wait_processed(metrics_url, 20, timeout=60) >= 20
+        assert _metric_sum(metrics_url, 'ragmon_traces_decoded_total{format="otlp"}') >= 20
+        assert _metric_sum(metrics_url, 'ragmon_traces_decoded_total{format="native"}') == 0
+        terminal.press_ctrl_c()
+        assert terminal.wait(timeout=SHUTDOWN_DEADLINE + 10) == 0, terminal.output[-3000:]
+    finally:
+        terminal.kill()
+    with sqlite3.connect(tmp_path / "ragmon-demo.db") as db:
+        numbered = {row[0] for row in db.execute("SELECT DISTINCT turn FROM conversation_turns")}
+    assert {1, 2} <= numbered, "turns of a conversation numbered by their start"
 
 
 @pytest.mark.slow

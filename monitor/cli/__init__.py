@@ -13,6 +13,8 @@ module imports its domain inside its handler (``tests/test_cli_imports.py`` hold
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,4 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> ExitCode:
     args = build_parser().parse_args(argv)
-    return handler_of(args)(args)
+    try:
+        code = handler_of(args)(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below
+        return code
+    except BrokenPipeError:
+        # The reader went away (`rag-monitor review | head`): no traceback, and nothing more
+        # written at exit to the closed pipe (Python's documented way out).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return ExitCode.BROKEN_PIPE

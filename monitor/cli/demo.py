@@ -31,6 +31,13 @@ def register(subparsers: Subparsers) -> None:
     demo.add_argument(
         "--prometheus-port", type=int, help="port of the demo's Prometheus (default 9090 if free)"
     )
+    demo.add_argument(
+        "--otlp",
+        action="store_true",
+        help="send the traffic as OpenTelemetry spans (GenAI conventions, OTLP protobuf, as a"
+        " Collector's Kafka exporter writes them) through the daemon's OTLP stage, instead of"
+        " native JSON traces",
+    )
     set_handler(demo, handle)
 
 
@@ -87,6 +94,7 @@ def handle(args: argparse.Namespace) -> ExitCode:
             on_stopping=start_watchdog,
             prometheus=not args.no_prometheus,
             prometheus_port=args.prometheus_port,
+            otlp=args.otlp,
         )
 
     try:
