@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import socket
 import sqlite3
 import subprocess
@@ -279,14 +278,12 @@ def _alerts(prometheus: str) -> list[dict[str, object]]:
 
 @pytest.mark.slow
 def test_the_demo_prometheus_fires_the_hallucination_alert_on_the_bad_agent(
-    tmp_path: Path,
+    tmp_path: Path, prometheus_binary: str
 ) -> None:
     """With Prometheus installed the demo starts it with the demo rendering of the chart's
     rules; the canary's invented facts make RagmonHallucinationRateHigh go pending, then fire,
     for that agent within minutes -- on tier-0 (heuristic) data, no judge needed."""
     _require_tansu()
-    if shutil.which("prometheus") is None:
-        service_unavailable("prometheus not installed (Debian package `prometheus`)")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         prometheus_port = sock.getsockname()[1]
