@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
-from typing import IO, Literal
+from collections.abc import Callable, Sequence
+from typing import IO, Literal, TypeVar
 
 from monitor.config import Settings
 from monitor.messages import RawMessage
@@ -30,6 +30,7 @@ from monitor.sources.otlp_stage import (
 )
 
 LineKind = Literal["native", "otlp_spans", "otlp_logs"]
+P = TypeVar("P")  # a part of an export: spans or log records of one trace
 
 
 def line_kind(value: bytes) -> LineKind:
@@ -87,21 +88,21 @@ async def assemble_lines(
         awaits_events=any(kind == "otlp_logs" for _, kind in lines),
     )
     now = time.monotonic()  # every line at once: nothing is released before the flush
-    for msg, kind in lines:
+
+    async def take(
+        msg: RawMessage, parts: list[P] | DecodeError, add: Callable[[P, PartToken, float], None]
+    ) -> None:
+        if isinstance(parts, DecodeError):
+            await rejected.reject(msg, parts)
+            return
         token = PartToken(msg, msg, "otlp_json")
+        for part in parts:
+            add(part, token, now)
+
+    for msg, kind in lines:
         if kind == "otlp_logs":
-            records = split_logs_or_reject(msg, "otlp_json")
-            if isinstance(records, DecodeError):
-                await rejected.reject(msg, records)
-                continue
-            for record in records:
-                assembly.add_events(record, token, now)
+            await take(msg, split_logs_or_reject(msg, "otlp_json"), assembly.add_events)
         else:
-            spans = split_or_reject(msg, "otlp_json")
-            if isinstance(spans, DecodeError):
-                await rejected.reject(msg, spans)
-                continue
-            for span in spans:
-                assembly.add(span, token, now)
+            await take(msg, split_or_reject(msg, "otlp_json"), assembly.add)
     await assembly.flush()
     return traces, len(rejected.lines)

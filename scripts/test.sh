@@ -50,7 +50,10 @@ install_extras() {
         fi
     fi
     echo "test: installing the ${wanted} extras into .venv"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[${wanted}]"
+    # --no-compile: byte-compiling every module of the extras costs more CPU than the few the
+    # tests import, which Python compiles (and caches) on first import.
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile \
+        -e ".[${wanted}]"
     echo "${hash} ${wanted}" >"${marker}"
 }
 

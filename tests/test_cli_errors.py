@@ -5,29 +5,19 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import RAG_MONITOR, clean_env, rag_monitor
 from tests.support.terminal import Terminal
 
-RAG_MONITOR = Path(sys.executable).with_name("rag-monitor")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "traces.jsonl"
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
-    env.update(extra)
-    return env
-
-
 def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(RAG_MONITOR), *args], cwd=cwd, env=_env(**env), capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
+    return rag_monitor(*args, cwd=cwd, **env)
 
 
 def _finished(terminal: Terminal, timeout: float) -> int:
@@ -49,7 +39,7 @@ def test_a_replay_at_a_terminal_reports_each_bad_line_once(tmp_path: Path) -> No
     terminal = Terminal(
         [str(RAG_MONITOR), "run", "--source", f"file:{replay}"],
         cwd=tmp_path,
-        env=_env(
+        env=clean_env(
             RAGMON_STORE__ENABLED="false",
             RAGMON_HTTP__PORT="0",
             RAGMON_HTTP__HOST="127.0.0.1",
@@ -97,7 +87,7 @@ def test_output_into_a_closed_pipe_ends_quietly_with_141(tmp_path: Path) -> None
     try:
         result = subprocess.run(
             [str(RAG_MONITOR), "schema"], stdout=write_end, stderr=subprocess.PIPE, text=True,
-            cwd=tmp_path, env=_env(), timeout=60,
+            cwd=tmp_path, env=clean_env(), timeout=60,
         )  # fmt: skip
     finally:
         os.close(write_end)

@@ -4,18 +4,14 @@ command and shows its defaults, and a usage error names the subcommand it was gi
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from monitor.cli import build_parser
+from tests.support.cli import rag_monitor as _cli
 from tests.support.cli_imports import probe
-
-RAG_MONITOR = Path(sys.executable).with_name("rag-monitor")
 
 
 def _commands(
@@ -27,13 +23,6 @@ def _commands(
             for name, child in action.choices.items():
                 found.update(_commands(child, (*path, name)))
     return found
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
-    return subprocess.run(
-        [str(RAG_MONITOR), *args], capture_output=True, text=True, env=env, timeout=60
-    )
 
 
 def test_parsing_every_command_line_imports_no_heavy_module() -> None:

@@ -4,14 +4,13 @@ broken YAML is reported on one line naming the file."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from monitor.config import ConfigError, load_settings
 from monitor.config.names import env_name, setting_paths, unknown_environment
+from tests.support.cli import rag_monitor
 
 
 @pytest.fixture(autouse=True)
@@ -146,15 +145,7 @@ def test_broken_yaml_is_one_line_naming_the_file_and_the_position(tmp_path: Path
 
 
 def test_the_command_refuses_a_misspelled_variable() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGMON_")}
-    env["RAGMON_SAMPLNG__RATE"] = "0.1"
-    result = subprocess.run(
-        [sys.executable, "-m", "monitor.cli", "check-config"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    result = rag_monitor("check-config", RAGMON_SAMPLNG__RATE="0.1")
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines() == [

@@ -4,15 +4,14 @@ same way: the same traces, the same scores, the same line rejected for the same 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import rag_monitor
 from tests.support.otlp_spans import App, encode
 from tests.support.otlp_turns import MS, langchain_turn
 
@@ -21,17 +20,12 @@ BAD_OTLP = b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
-    env["RAGMON_STORE__URL"] = f"sqlite+aiosqlite:///{tmp_path / (args[0] + '.db')}"
-    env["RAGMON_HTTP__PORT"] = "0"
-    env["RAGMON_HTTP__HOST"] = "127.0.0.1"
-    return subprocess.run(
-        [sys.executable, "-m", "monitor.cli", *args],
+    return rag_monitor(
+        *args,
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
+        RAGMON_STORE__URL=f"sqlite+aiosqlite:///{tmp_path / (args[0] + '.db')}",
+        RAGMON_HTTP__PORT="0",
+        RAGMON_HTTP__HOST="127.0.0.1",
     )
 
 

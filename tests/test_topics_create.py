@@ -4,20 +4,17 @@ broker it cannot reach in one line naming the address and why."""
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from tests.support.cli import rag_monitor
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.tansu import tansu_broker
-
-RAG_MONITOR = Path(sys.executable).with_name("rag-monitor")
 
 
 @pytest.fixture
@@ -27,11 +24,7 @@ def tansu(tmp_path: Path) -> Iterator[str]:
 
 
 def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
-    full.update(env)
-    return subprocess.run(
-        [str(RAG_MONITOR), *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=120
-    )
+    return rag_monitor(*args, cwd=cwd, **env)
 
 
 def _on_broker(bootstrap: str) -> dict[str, int]:
