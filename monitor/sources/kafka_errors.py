@@ -1,7 +1,8 @@
 """Kafka connection failures as one line for a person.
 
 aiokafka's errors name their class in ``str()`` already (``KafkaConnectionError:
-KafkaConnectionError: ...`` when printed with it), list addresses as ``('127.0.0.1', 41999,
+KafkaConnectionError: ...`` when printed with it; a broker's error with its code too,
+``[Error 58] SaslAuthenticationFailed: ...``), list addresses as ``('127.0.0.1', 41999,
 <AddressFamily.AF_INET: 2>)``, and keep the reason a bootstrap failed out of the exception: it
 is only in the log record ``Unable connect to "host:port": <error>``. :func:`bootstrap_failures`
 keeps that reason so the command's one line can give it.
@@ -17,6 +18,7 @@ import re
 import socket
 from collections.abc import Iterator
 
+_ERROR_CODE = re.compile(r"^\[Error -?\d+\] ")
 _ADDRESS = re.compile(r"\('([^']*)', (\d+), <AddressFamily\.\w+: \d+>\)")
 _CONNECT_FAILED = 'Unable connect to "%s:%s": %s'  # aiokafka.client's message, verbatim
 
@@ -24,7 +26,7 @@ _CONNECT_FAILED = 'Unable connect to "%s:%s": %s'  # aiokafka.client's message, 
 def error_text(exc: BaseException) -> str:
     """`Class: message`, the class named once and addresses written `host:port`."""
     name = type(exc).__name__
-    text = str(exc)
+    text = _ERROR_CODE.sub("", str(exc))  # a broker's error code: "[Error 58] "
     if text.startswith(f"{name}: "):
         text = text[len(name) + 2 :]
     text = _ADDRESS.sub(r"\1:\2", text).strip()
