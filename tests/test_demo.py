@@ -218,7 +218,13 @@ def test_when_the_embedded_broker_dies_the_demo_says_so_and_exits_non_zero(
     os.kill(broker, 9)
     code = demo.wait(timeout=15)
     assert code == 4, f"exit {code}; output:\n{demo.output[-3000:]}"
-    after = [line for line in demo.output[before:].splitlines() if line.strip()]
+    # The demo's malformed traffic is dead-lettered (and logged) all along: one such warning may
+    # be printed between reading the output and the broker's death.
+    after = [
+        line
+        for line in demo.output[before:].splitlines()
+        if line.strip() and "message dead-lettered" not in line
+    ]
     assert len(after) == 1, after
     assert "the embedded broker" in after[0] and "exited unexpectedly" in after[0]
 
