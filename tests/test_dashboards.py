@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +20,6 @@ from dashboards.contract import (
     substitute_grafana_variables,
 )
 from monitor.sinks.store import Store
-from tests.support.services import service_unavailable
 from tests.test_review import WORST_CLAIMS, grafana_panel_sql, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,11 +262,8 @@ def test_layout_fits_the_grid_without_overlaps() -> None:
                     cells.add((x, y))
 
 
-def test_every_query_is_valid_promql(tmp_path: Path) -> None:
+def test_every_query_is_valid_promql(tmp_path: Path, promtool: str) -> None:
     """promtool parses each query (Grafana variables replaced) as a recording rule."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        service_unavailable("promtool not installed (scripts/test.sh installs it)")
     rules: list[dict[str, str]] = []
     for board in committed().values():
         for _where, expr in queries(board):

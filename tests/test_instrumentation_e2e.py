@@ -39,10 +39,8 @@ from monitor.daemon import Daemon, SourceSpec
 from monitor.sources.native import decode_native
 from monitor.sources.otlp import OtlpMappingError, decode_otlp, spans_to_trace
 from tests.support.instrumented import (
-    OLD_TRACELOOP_PYTHON,
     TITLE_ANSWER,
     AppRun,
-    app_venv_problem,
     model_script,
     plan_turns,
 )
@@ -126,7 +124,7 @@ def _fast_assembly() -> dict[str, Any]:
 
 
 @pytest.fixture
-def collector_factory(tmp_path: Path) -> Iterator[Any]:
+def collector_factory(tmp_path: Path, otelcol_binary: Path) -> Iterator[Any]:
     started: list[OtelCollector] = []
 
     def start(brokers: str, spans: str, logs: str, encoding: Encoding) -> OtelCollector:
@@ -180,11 +178,10 @@ async def test_instrumented_app_through_the_collector(
     tmp_path: Path,
     collector_factory: Any,
     model: OpenAIServer,
+    old_traceloop_python: Path,
 ) -> None:
     family = FAMILIES[name]
-    python = OLD_TRACELOOP_PYTHON if family.old_traceloop else None
-    if python is not None and (problem := app_venv_problem(python)):
-        service_unavailable(problem)
+    python = old_traceloop_python if family.old_traceloop else None
     spans_topic, logs_topic = f"{topic_prefix}.in", f"{topic_prefix}.logs"
     await create_topics(kafka_broker.bootstrap, [spans_topic, logs_topic, f"{topic_prefix}.dlq"])
     collector = collector_factory(kafka_broker.bootstrap, spans_topic, logs_topic, family.encoding)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import struct
 from collections.abc import AsyncIterator
@@ -27,7 +26,6 @@ import pytest_asyncio
 import structlog.testing
 
 from monitor.sinks.store import Store
-from tests.support.services import service_unavailable
 from tests.test_review import TOKEN, WORST_CLAIMS, seed, serve_review
 
 pytestmark = pytest.mark.slow  # a real Chromium
@@ -47,19 +45,10 @@ CHROMIUM_FLAGS = (
 TIMEOUT = 90.0
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or (
-        "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
-    )
-    if found is None:
-        service_unavailable("chromium is not installed (scripts/test.sh installs it)")
-    return found
-
-
-async def run_chromium(profile: Path, *args: str) -> str:
+async def run_chromium(chromium: str, profile: Path, *args: str) -> str:
     """Run headless Chromium with a fresh profile; its standard output."""
     process = await asyncio.create_subprocess_exec(
-        chromium(),
+        chromium,
         *CHROMIUM_FLAGS,
         f"--user-data-dir={profile}",
         *args,
@@ -137,8 +126,7 @@ def seen(dom: str) -> Seen:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def page_url(tmp_path: Path) -> AsyncIterator[str]:
-    chromium()
+async def page_url(tmp_path: Path, chromium: str) -> AsyncIterator[str]:
     with structlog.testing.capture_logs():
         store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'review.db'}")
         try:
@@ -149,9 +137,14 @@ async def page_url(tmp_path: Path) -> AsyncIterator[str]:
             await store.close()
 
 
-async def test_a_person_sees_the_worst_answer_first(page_url: str, tmp_path: Path) -> None:
+async def test_a_person_sees_the_worst_answer_first(
+    page_url: str, tmp_path: Path, chromium: str
+) -> None:
     dom = await run_chromium(
-        tmp_path / "profile", "--dump-dom", f"{page_url}/review?since=1h&metric=faithfulness"
+        chromium,
+        tmp_path / "profile",
+        "--dump-dom",
+        f"{page_url}/review?since=1h&metric=faithfulness",
     )
     page = seen(dom)
     ranked = [a["trace_id"] for a in page.articles if a["rank"]]
@@ -187,22 +180,23 @@ async def test_a_person_sees_the_worst_answer_first(page_url: str, tmp_path: Pat
     assert "alice.tanaka@example.com" not in visible and "[REDACTED]" in visible
 
 
-async def test_filters_work_in_the_browser(page_url: str, tmp_path: Path) -> None:
+async def test_filters_work_in_the_browser(page_url: str, tmp_path: Path, chromium: str) -> None:
     # The form's GET submits these parameters; the browser shows only that agent's answers.
     url = f"{page_url}/review?metric=faithfulness&agent=billing-bot&since=1h&worst=20"
-    page = seen(await run_chromium(tmp_path / "profile", "--dump-dom", url))
+    page = seen(await run_chromium(chromium, tmp_path / "profile", "--dump-dom", url))
     assert [a["trace_id"] for a in page.articles] == ["t-xss"]
     assert "agent billing-bot" in page.visible
     assert "could not be measured" not in page.visible  # t-unmeasured is another agent's
     bad = seen(
-        await run_chromium(tmp_path / "profile2", "--dump-dom", f"{page_url}/review?since=soon")
+        await run_chromium(
+            chromium, tmp_path / "profile2", "--dump-dom", f"{page_url}/review?since=soon"
+        )
     )
     assert bad.articles == [] and "--since must look like" in bad.visible
 
 
-async def test_token_through_the_browser(tmp_path: Path) -> None:
+async def test_token_through_the_browser(tmp_path: Path, chromium: str) -> None:
     """With a token, the browser gets nothing without it and the page with it (HTTP Basic)."""
-    chromium()
     with structlog.testing.capture_logs():
         store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'review.db'}")
         try:
@@ -210,12 +204,16 @@ async def test_token_through_the_browser(tmp_path: Path) -> None:
             async with serve_review(lambda: store, TOKEN) as base:
                 denied = seen(
                     await run_chromium(
-                        tmp_path / "p1", "--dump-dom", f"{base}/review?since=1h&metric=faithfulness"
+                        chromium,
+                        tmp_path / "p1",
+                        "--dump-dom",
+                        f"{base}/review?since=1h&metric=faithfulness",
                     )
                 )
                 host = base.removeprefix("http://")
                 allowed = seen(
                     await run_chromium(
+                        chromium,
                         tmp_path / "p2",
                         "--dump-dom",
                         f"http://oncall:{TOKEN}@{host}/review?metric=faithfulness",
@@ -227,9 +225,10 @@ async def test_token_through_the_browser(tmp_path: Path) -> None:
     assert [a["trace_id"] for a in allowed.articles][:1] == ["t-worst"]
 
 
-async def test_screenshot(page_url: str, tmp_path: Path) -> None:
+async def test_screenshot(page_url: str, tmp_path: Path, chromium: str) -> None:
     shot = tmp_path / "review.png"
     await run_chromium(
+        chromium,
         tmp_path / "profile",
         f"--screenshot={shot}",
         "--window-size=1280,900",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -14,7 +13,6 @@ import pytest
 import yaml
 
 from dashboards.contract import contract_metrics, contract_problems, scan
-from tests.support.services import service_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
@@ -47,16 +45,9 @@ def recording_rules() -> list[dict[str, Any]]:
     return [rule for group in groups(RECORDING) for rule in group["rules"]]
 
 
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        service_unavailable("promtool not installed (scripts/test.sh installs it)")
-    return path
-
-
-def test_promtool_check_rules() -> None:
+def test_promtool_check_rules(promtool: str) -> None:
     result = subprocess.run(
-        [promtool(), "check", "rules", str(RECORDING), str(ALERTS)],
+        [promtool, "check", "rules", str(RECORDING), str(ALERTS)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -67,9 +58,9 @@ def test_promtool_check_rules() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda p: p.name)
-def test_promtool_unit_tests(unit_test: Path) -> None:
+def test_promtool_unit_tests(unit_test: Path, promtool: str) -> None:
     result = subprocess.run(
-        [promtool(), "test", "rules", str(unit_test)],
+        [promtool, "test", "rules", str(unit_test)],
         capture_output=True,
         text=True,
         timeout=240,
@@ -235,7 +226,7 @@ def test_rules_use_only_exported_metrics_and_recorded_series() -> None:
     assert used <= set(recorded), used - set(recorded)
 
 
-def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
+def test_thresholds_come_from_the_chart_values(tmp_path: Path, promtool: str) -> None:
     render = _render_module()
     custom = render.chart_rule_groups(
         {
@@ -284,12 +275,12 @@ def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
     path = tmp_path / "custom.yaml"
     path.write_text(yaml.safe_dump({"groups": custom}))
     result = subprocess.run(
-        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_demo_rules_are_the_charts_rules_with_short_windows() -> None:
+def test_the_demo_rules_are_the_charts_rules_with_short_windows(promtool: str) -> None:
     """monitor/demo/prometheus_rules.yaml is generated from the same template (rules/render.py),
     valid for promtool, and differs from the production rules only in durations, minimum
     counts and labels -- never in thresholds or which rules exist."""
@@ -299,7 +290,7 @@ def test_the_demo_rules_are_the_charts_rules_with_short_windows() -> None:
         "monitor/demo/prometheus_rules.yaml is stale: run python rules/render.py"
     )
     result = subprocess.run(
-        [promtool(), "check", "rules", str(demo_file)], capture_output=True, text=True, timeout=60
+        [promtool, "check", "rules", str(demo_file)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
     demo = {r.get("alert") or r["record"]: r for g in groups(demo_file) for r in g["rules"]}

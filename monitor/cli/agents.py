@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from datetime import UTC, datetime
@@ -11,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
-from monitor.logs import configure_logging
 from monitor.windows import DEFAULT_TIME, TIME_HELP, TIMES, TimeBasis, check_time
 
 DEFAULT_SINCE = "24h"
@@ -35,9 +33,13 @@ def register(subparsers: Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
     from monitor.agents_report import compare, records_from_rows, render_table
     from monitor.evaluators.multiturn import summarize_agents
-    from monitor.sinks.store import Store, turn_extent, turns_since
+    from monitor.logs import configure_logging
+    from monitor.sinks.store import Store, sanitized_url, turn_extent, turns_since
+    from monitor.sinks.store_location import NO_STORE_HINT, describe_store, missing_store
     from monitor.windows import empty_window_hint, other_time, parse_since
 
     baseline: str | None = args.baseline
@@ -48,8 +50,13 @@ def handle(args: argparse.Namespace) -> ExitCode:
         return fail(str(exc), ExitCode.USAGE)
     time: TimeBasis = check_time(args.time)
 
+    url = settings.store.url.get_secret_value()
+    shown = describe_store(url, sanitized_url(url))
+    if missing_store(url) is not None:
+        return fail(f"no results store at {shown}; {NO_STORE_HINT}", ExitCode.UNAVAILABLE)
+
     async def load() -> tuple[list[dict[str, Any]], str | None]:
-        store = await Store.open(settings.store.url.get_secret_value())
+        store = await Store.open(url)
         try:
             rows = await turns_since(store, since, counted_from=time)
             if rows:
@@ -73,7 +80,11 @@ def handle(args: argparse.Namespace) -> ExitCode:
     elif baseline is not None and baseline not in summaries:
         return fail(f"no turns of baseline agent {baseline!r} since {since}", ExitCode.USAGE)
     report = compare(summaries, baseline if baseline in summaries else None)
-    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render_table(report))
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print(render_table(report))
+        print(f"results store: {shown}")
     return ExitCode.OK
 
 

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-from aiokafka.errors import KafkaError
-
 from monitor.command import ExitCode, Subparsers, fail, program_name, set_handler, settings_or_exit
-from monitor.logs import configure_logging
-from monitor.sinks.topics import MissingTopicError
 
 if TYPE_CHECKING:  # the daemon's wiring is imported when `run` runs, not for every command
     from monitor.daemon import Daemon
@@ -33,9 +27,16 @@ def register(subparsers: Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
+    from aiokafka.errors import KafkaError
+
     from monitor.daemon import Daemon, SourceSpec
     from monitor.http import HttpBindError
+    from monitor.logs import configure_logging
+    from monitor.sinks.topics import MissingTopicError
     from monitor.sources.file import SourceReadError, input_problem
+    from monitor.sources.kafka_errors import bootstrap_failures, error_text
 
     config: Path | None = args.config
     settings = settings_or_exit(config)
@@ -50,32 +51,28 @@ def handle(args: argparse.Namespace) -> ExitCode:
             return fail(f"--source file:{problem}", ExitCode.USAGE)
     configure_logging(settings.log.format, settings.log.level)
     daemon = Daemon(settings, source, config_dir=config.parent if config is not None else None)
-    log = structlog.get_logger("monitor.cli")
+    # Each failure below is reported once, in the command's last line (not also as a log).
     try:
-        code = asyncio.run(_serve(daemon))
+        with bootstrap_failures() as failures:
+            code = asyncio.run(_serve(daemon))
     except HttpBindError as exc:
-        log.error("cannot start", error=str(exc))
         return fail(
             f"{exc}; set http.port (RAGMON_HTTP__PORT) or http.host (RAGMON_HTTP__HOST)",
             ExitCode.UNAVAILABLE,
         )
     except SourceReadError as exc:
-        log.error("cannot read the source", error=str(exc))
         return fail(f"{exc} (--source)", ExitCode.USAGE)
     except MissingTopicError as exc:
-        log.error("cannot start", error=str(exc))
         return fail(str(exc), ExitCode.UNAVAILABLE)
     except (KafkaError, OSError) as exc:
-        detail = f"{type(exc).__name__}: {exc}"
-        log.error("cannot start", error=detail)
         if source.kind == "file":
-            return fail(f"cannot start: {detail}", ExitCode.UNAVAILABLE)
+            return fail(f"cannot start: {error_text(exc)}", ExitCode.UNAVAILABLE)
         # Unreachable brokers, rejected credentials, an untrusted certificate. aiokafka's
         # messages name the broker and the failure, never the password.
+        where = failures.describe(exc, settings.kafka.bootstrap_servers)
         return fail(
-            f"cannot connect to Kafka ({settings.kafka.bootstrap_servers}):"
-            f" {detail}; check kafka.bootstrap_servers (RAGMON_KAFKA__BOOTSTRAP_SERVERS)"
-            " and the kafka.security settings",
+            f"cannot connect to Kafka at {where}; check kafka.bootstrap_servers"
+            " (RAGMON_KAFKA__BOOTSTRAP_SERVERS) and the kafka.security settings",
             ExitCode.UNAVAILABLE,
         )
     if source.kind == "file":
@@ -112,6 +109,10 @@ def replay_summary(daemon: Daemon, path: str) -> str:
 
 
 async def _serve(daemon: Daemon) -> ExitCode:
+    import asyncio
+
+    import structlog
+
     log = structlog.get_logger("monitor.cli")
     loop = asyncio.get_running_loop()
     signals_seen = 0
@@ -127,5 +128,5 @@ async def _serve(daemon: Daemon) -> ExitCode:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     code = await daemon.run()
-    log.info("stopped", exit_code=code)
+    log.info("stopped", exit_code=int(code))
     return code

@@ -1,23 +1,32 @@
-"""`rag-monitor score`: score a JSONL file of native traces offline, then print a summary."""
+"""`rag-monitor score`: score a JSONL file of traces offline, then print a summary."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry
+from typing import TYPE_CHECKING
 
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
-from monitor.config import Settings
-from monitor.logs import configure_logging
-from monitor.models import Trace
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from monitor.config import Settings
+    from monitor.models import Trace
+    from monitor.offline import FileInput
 
 
 def register(subparsers: Subparsers) -> None:
-    score = subparsers.add_parser("score", help="score a JSONL file of native traces offline")
-    score.add_argument("--input", required=True, help="traces, one JSON object a line; - = stdin")
+    score = subparsers.add_parser(
+        "score", help="score a JSONL file of traces offline (native or OTLP/JSON, as `run` reads)"
+    )
+    score.add_argument(
+        "--input",
+        required=True,
+        help="traces, one JSON object a line: native traces or OTLP/JSON span and log exports,"
+        " as `run --source file:` reads them; - = stdin",
+    )
     score.add_argument("--output", required=True, type=Path, help="results, one JSON a line")
     score.add_argument(
         "--evaluator",
@@ -32,6 +41,9 @@ def register(subparsers: Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
+    from monitor.logs import configure_logging
     from monitor.offline import InputError, RunSummary, check_paths, read_traces
 
     input_path: str = args.input
@@ -50,10 +62,10 @@ def handle(args: argparse.Namespace) -> ExitCode:
         )
     configure_logging(settings.log.format, "warning")
     try:
-        traces, rejected = read_traces(input_path, sys.stderr)
+        found = read_traces(input_path, sys.stderr, otlp=settings.kafka.format != "native")
     except OSError as exc:
         return fail(f"--input {input_path}: {exc.strerror or exc}", ExitCode.USAGE)
-    registry = asyncio.run(_score_traces(settings, traces, output, evaluator))
+    registry, rejected = asyncio.run(_score_traces(settings, found, output, evaluator))
     summary = RunSummary.from_registry(registry, judge_active=evaluator != "heuristic")
     head = f"scored {summary.evaluated(evaluator)} traces ({rejected} rejected lines)"
     print(summary.render(head))
@@ -61,14 +73,17 @@ def handle(args: argparse.Namespace) -> ExitCode:
 
 
 async def _score_traces(
-    settings: Settings, traces: list[Trace], output: Path, evaluator: str
-) -> CollectorRegistry:
-    """Score every trace into `output` (the results of every evaluator that ran); returns the
-    run's metrics registry (for the summary)."""
+    settings: Settings, found: FileInput, output: Path, evaluator: str
+) -> tuple[CollectorRegistry, int]:
+    """Score every trace into `output` (the results of every evaluator that ran), OTLP lines
+    assembled first; returns the run's metrics registry (for the summary) and how many lines
+    were rejected."""
     from contextlib import AsyncExitStack
 
     from monitor.daemon import build_scoring_stage
     from monitor.models import EvaluationResult
+    from monitor.offline_otlp import assemble_lines
+    from monitor.pipeline.conversation import turn_order_key
     from monitor.sinks.metrics import Metrics
 
     if evaluator in ("llm", "ragas"):
@@ -80,6 +95,11 @@ async def _score_traces(
             update={"judge": settings.judge.model_copy(update={"enabled": False, "base_url": None})}
         )
     metrics = Metrics()
+    traces, rejected = list(found.traces), found.rejected
+    if found.otlp:
+        assembled, bad_lines = await assemble_lines(found.otlp, settings, metrics, sys.stderr)
+        traces += assembled
+        rejected += bad_lines
     async with AsyncExitStack() as stack:
         stage = await build_scoring_stage(
             settings, metrics, stack, None, judge_everything=evaluator != "heuristic"
@@ -92,6 +112,6 @@ async def _score_traces(
                 out.write(result.model_dump_json() + "\n")
 
             processor.observers.append(write)
-            for trace in sorted(traces, key=lambda t: (t.conversation_id or "", t.turn or 0)):
+            for trace in sorted(traces, key=lambda t: (t.conversation_id or "", turn_order_key(t))):
                 await processor.process(trace)
-    return metrics.registry
+    return metrics.registry, rejected

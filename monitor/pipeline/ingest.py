@@ -279,14 +279,15 @@ class Ingest:
 
     async def reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
         """Dead-letter a message that cannot be decoded (and finish it)."""
-        log.warning(
-            "message dead-lettered",
-            topic=msg.topic,
-            partition=msg.partition,
-            offset=msg.offset,
-            reason=error.reason,
-            error=error.detail,
-        )
+        if not self._text_lines:  # a file's dead letters are lines on stderr: reported already
+            log.warning(
+                "message dead-lettered",
+                topic=msg.topic,
+                partition=msg.partition,
+                offset=msg.offset,
+                reason=error.reason,
+                error=error.detail,
+            )
         await self._dead_letter(msg, error.reason, type(error).__name__, error.detail)
         if finish:
             self._tracker.finish(msg.tp, msg.offset)

@@ -15,27 +15,21 @@ from monitor.config import Settings
 from monitor.evaluators.redaction import Redactor
 from monitor.models import EvaluationResult
 from monitor.pipeline.scoring import TextRedactor
+from monitor.review import options
 from monitor.sinks.store import SCORE_COLUMNS
-from monitor.windows import DEFAULT_TIME, TimeBasis
+from monitor.windows import TimeBasis
 
-# Every metric an evaluator writes: the columns of the store first, then those read from the
-# stored result document.
-METRICS = (
-    *SCORE_COLUMNS,
-    "context_relevancy",  # LLM judge
-    "context_utilization",  # tier 0
-    "support",  # tier 0
-)
-# Ranked by tier 0's headline by default: every trace has it, and it ranks answers better than
-# tier 0's faithfulness ratio (docs/scoring.md). `faithfulness` ranks tier 0's and the judge's
-# results together.
-DEFAULT_METRIC = "support"
+# What a listing may ask for (defined without the store, for the command line's choices).
+METRICS = options.METRICS
+DEFAULT_METRIC = options.DEFAULT_METRIC
+MAX_WORST = options.MAX_WORST
+DEFAULT_SINCE = options.DEFAULT_SINCE
+DEFAULT_WORST = options.DEFAULT_WORST
+TIMES = options.TIMES
+DEFAULT_TIME = options.DEFAULT_TIME
 ANSWER_EXCERPT_CHARS = 300
 QUESTION_CHARS = 1000
 CLAIM_CHARS = 500
-MAX_WORST = 200
-DEFAULT_SINCE = "1h"
-DEFAULT_WORST = 20
 MAX_SIMILAR_IDS = 10
 
 # Shown-constraint statuses: a rule broken, or dropped after a few turns.

@@ -48,6 +48,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from monitor.models import EvaluationResult
 from monitor.retry import Backoff, RetryMetrics, RetryPolicy
+from monitor.sinks.store_columns import SCORE_COLUMNS as SCORE_COLUMNS
 from monitor.windows import TimeBasis
 
 log = structlog.get_logger(__name__)
@@ -55,9 +56,6 @@ _T = TypeVar("_T")
 
 metadata = MetaData()
 
-# Scores with a column of their own in evaluation_results (ranked by an indexed column); `worst`
-# reads any other score from the stored result document, by a name like these.
-SCORE_COLUMNS = ("faithfulness", "answer_relevancy", "context_precision")
 METRIC_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 

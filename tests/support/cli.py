@@ -1,4 +1,5 @@
-"""`rag-monitor` as a user runs it: a subprocess from the repository."""
+"""Running `rag-monitor` as a user runs it: the installed script, in a fresh process, with no
+`RAGMON_` variable of the calling environment leaking in."""
 
 from __future__ import annotations
 
@@ -7,22 +8,32 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+RAG_MONITOR = Path(sys.executable).with_name("rag-monitor")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without its `RAGMON_` variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGMON_")}
+    env.update(extra)
+    return env
 
 
 def rag_monitor(
-    *argv: str, store: Path | None = None, timeout: float = 180
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 180,
+    store: Path | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``rag-monitor ARGV``; no ``RAGMON_`` variable of the test's environment reaches it
-    but the store's URL, a SQLite file at `store` when given."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
+    """`rag-monitor ARGS` with `env` as its only `RAGMON_` variables (and the store's URL, a
+    SQLite file at `store` when given); output captured."""
     if store is not None:
         env["RAGMON_STORE__URL"] = f"sqlite+aiosqlite:///{store}"
     return subprocess.run(
-        [sys.executable, "-m", "monitor.cli", *argv],
-        cwd=REPO,
+        [str(RAG_MONITOR), *args],
+        cwd=cwd,
+        env=clean_env(**env),
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
     )
