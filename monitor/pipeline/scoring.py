@@ -5,7 +5,9 @@ earlier turns), the evaluators run on the numbered trace, and each result goes t
 conversation's turn row, the store, the results topic and the metrics. A trace is finished (its
 offset committable) once its results are stored and published, and, when it was sampled, once
 the judge has answered or given up. Judge work beyond the queue bound is shed and counted; it
-never blocks consumption.
+never blocks consumption. With a judge, each trace's tier-0 predictions of the judge's scores
+are counted for the population estimates, and a judged result carries its `selection` (why it
+was judged) and, from the uniform draw, joins the estimates' sample (monitor.estimates).
 
 Traces the OTLP stage assembled carry what assembly knew in `metadata`: `incomplete_trace`
 (released before it was whole: every result gets the `incomplete_trace` flag) and `revision`
@@ -22,8 +24,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from monitor.estimates.recorder import EstimateRecorder
 from monitor.evaluators.sampler import Sampler
-from monitor.models import EvaluationResult, StatementVerdict, Trace
+from monitor.models import EvaluationResult, Selection, StatementVerdict, Trace
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.span_events import add_evaluation_events
@@ -104,6 +107,7 @@ class ScoringProcessor:
         offload_chars: int = DEFAULT_OFFLOAD_CHARS,
         conversations: ConversationTracker | None = None,
         on_skip: Callable[[str], None] | None = None,
+        estimates: EstimateRecorder | None = None,
     ) -> None:
         self._tier0 = tier0
         self._offload_chars = offload_chars
@@ -118,6 +122,7 @@ class ScoringProcessor:
         self._results_redactor = results_redactor
         self._conversations = conversations
         self._on_skip = on_skip
+        self._estimates = estimates
         self.observers: list[ResultObserver] = []
 
     async def process(self, trace: Trace) -> None:
@@ -133,11 +138,14 @@ class ScoringProcessor:
             if turn is not None:
                 trace = turn.trace
             tier0 = self._flagged(trace, await self._tier0_result(trace))
-            judging = self._judge_if_sampled(trace, tier0, count)
+            selection, judging = self._judge_if_sampled(trace, tier0, count)
             await self._emit(trace, tier0, turn, count)
             if judging is not None:
                 judged = await judging
                 if judged is not None:
+                    judged = judged.model_copy(update={"selection": selection})
+                    if count and self._estimates is not None and selection is not None:
+                        self._estimates.count_judged(trace, tier0, selection, judged)
                     await self._emit(trace, self._flagged(trace, judged), turn, count)
 
     @asynccontextmanager
@@ -170,17 +178,27 @@ class ScoringProcessor:
 
     def _judge_if_sampled(
         self, trace: Trace, tier0: EvaluationResult, count: bool = True
-    ) -> asyncio.Task[EvaluationResult | None] | None:
+    ) -> tuple[Selection | None, asyncio.Task[EvaluationResult | None] | None]:
+        """The trace's selection for the judge (None without a judge) and the judge's task,
+        when it is judged."""
         agent = self._metrics.agent_label(trace.agent)
         self._sampler.observe_queue(self._judge_depth)
         self._metrics.effective_rate.labels(agent).set(self._sampler.effective_rate(trace.agent))
         if self._judge is None:
-            return None
-        decision = self._sampler.decide(trace, tier0)
-        if decision == "skipped":
+            return None, None
+        choice = self._sampler.select(trace, tier0)
+        selection, decision = choice.selection, choice.decision
+        if self._estimates is not None:
+            predictions = self._estimates.predict(trace, tier0)
+            selection = selection.model_copy(update={"predictions": predictions})
             if count:
-                self._metrics.sampler_decisions.labels(agent, "skipped").inc()
-            return None
+                self._estimates.count_traffic(trace.agent, predictions)
+        if count and selection.priority is not None:
+            self._metrics.sampler_priorities.labels(agent, selection.priority).inc()
+        if decision in ("skipped", "priority_capped"):
+            if count:
+                self._metrics.sampler_decisions.labels(agent, decision).inc()
+            return selection, None
         shed_reason = None
         if decision == "rate_lowered":
             shed_reason = "rate_lowered"
@@ -194,12 +212,12 @@ class ScoringProcessor:
             if count:
                 self._metrics.sampler_decisions.labels(agent, "shed").inc()
                 self._metrics.sampler_shed.labels(agent, shed_reason).inc()
-            return None
+            return selection, None
         if count:
             self._metrics.sampler_decisions.labels(agent, decision).inc()
         self._judge_depth += 1
         self._metrics.judge_queue.set(self._judge_depth)
-        return asyncio.create_task(self._run_judge(trace))
+        return selection, asyncio.create_task(self._run_judge(trace))
 
     async def _run_judge(self, trace: Trace) -> EvaluationResult | None:
         assert self._judge is not None
