@@ -155,9 +155,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_stores_one_result_per_evalu
     assert not missing, f"{len(missing)} traces have no heuristic result: {sorted(missing)[:5]}"
     assert by_evaluator["heuristic"] == everything
 
-    sampler = Sampler(
-        SamplingConfig(rate=SAMPLING_RATE, queue_size=100000, priority_max_share=1.0)
-    )
+    sampler = Sampler(SamplingConfig(rate=SAMPLING_RATE, queue_size=100000, priority_max_share=1.0))
     sampled = {
         str(t["trace_id"])
         for t in traces
