@@ -40,7 +40,7 @@ def test_uniform_estimate_of_independent_traces_is_the_sample_mean_and_its_stand
     s2 = sum((y - 0.75) ** 2 for y in ys) / 3  # sample variance, 1/4
     assert est.stderr == pytest.approx(math.sqrt(s2 / 4))  # 0.25
     low, high = est.interval()
-    assert (low, high) == pytest.approx((0.75 - 1.959964 * 0.25, 1.0))
+    assert (low, high) == pytest.approx((0.75 - 1.96 * 0.25, 1.0))
 
 
 def test_the_turns_of_one_conversation_are_one_unit_of_the_variance() -> None:

@@ -26,7 +26,7 @@ Term = Literal[
     "traces", "predicted", "judged", "clusters", "m", "y", "f", "mm", "yy", "ff", "ym", "fm", "yf"
 ]
 TERMS: tuple[Term, ...] = get_args(Term)
-Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+Z95 = 1.96  # the standard normal's 97.5% quantile, as the recording rules write it
 
 
 @dataclass(frozen=True, slots=True)
