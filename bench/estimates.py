@@ -129,7 +129,11 @@ def assign_folds(cases: list[Case], k: int, seed: int) -> np.ndarray:
     folds = np.full(len(cases), -1, dtype=int)
     its = [cases[i].item for i in measured]
     folds[measured] = grouped_folds(
-        [it.group for it in its], [it.source for it in its], [it.hallucinated for it in its], k, seed
+        [it.group for it in its],
+        [it.source for it in its],
+        [it.hallucinated for it in its],
+        k,
+        seed,
     )
     return folds
 
@@ -191,7 +195,9 @@ def build_stream(
     )
 
 
-def label(stream: Stream, all_cases: list[Case], judge_error: float, rng: np.random.Generator) -> None:
+def label(
+    stream: Stream, all_cases: list[Case], judge_error: float, rng: np.random.Generator
+) -> None:
     human = np.asarray([all_cases[i].item.hallucinated for i in stream.cases], dtype=float)
     flip = rng.random(human.size) < judge_error
     stream.human = human
