@@ -30,7 +30,8 @@ document or question, positives spread evenly). Repetition r uses fold r mod k: 
 grounding model is refitted on the other folds, and the tier-0 calibration
 (monitor.estimates.calibration, default window and minimum) is fitted online on the uniform
 draw of a stream built from the other folds, long enough to fill its window (as in a daemon
-that has run a while), then frozen; the reported stream is built from the held-out fold alone. Nothing is tuned on the items the figures are reported on.
+that has run a while), then frozen; the reported stream is built from the held-out fold alone.
+Nothing is tuned on the items the figures are reported on.
 """
 
 from __future__ import annotations
