@@ -125,45 +125,22 @@ async def run_daemon(
             return processed == len(traces) and evaluations == judged()
 
         await wait_for(done, 240, "every trace scored and every judgement back", interval=0.5)
+        of_faithfulness = {**judge_labels(), "quantity": "mean"}
         terms = Terms.of(
             {
-                term: value(
-                    "ragmon_estimate_terms_total",
-                    {
-                        "agent": "default",
-                        "metric": "faithfulness",
-                        "evaluator": "llm",
-                        "quantity": "mean",
-                        "term": term,
-                    },
-                )
-                or 0.0
+                term: value("ragmon_estimate_terms_total", {**of_faithfulness, "term": term}) or 0.0
                 for term in TERMS
             }
         )
         raw = {
-            selection: (
+            selection: [
                 value(
-                    "ragmon_evaluation_score_ratio_sum",
-                    {
-                        "agent": "default",
-                        "metric": "faithfulness",
-                        "evaluator": "llm",
-                        "selection": selection,
-                    },
+                    f"ragmon_evaluation_score_ratio_{part}",
+                    {**judge_labels(), "selection": selection},
                 )
-                or 0.0,
-                value(
-                    "ragmon_evaluation_score_ratio_count",
-                    {
-                        "agent": "default",
-                        "metric": "faithfulness",
-                        "evaluator": "llm",
-                        "selection": selection,
-                    },
-                )
-                or 0.0,
-            )
+                or 0.0
+                for part in ("sum", "count")
+            ]
             for selection in ("uniform", "priority")
         }
         counts = {
@@ -190,6 +167,10 @@ async def run_daemon(
     finally:
         await store.close()
     return terms, counts, stored, published
+
+
+def judge_labels() -> dict[str, str]:
+    return {"agent": "default", "metric": "faithfulness", "evaluator": "llm"}
 
 
 def covers(estimate: Estimate | None, truth: float) -> bool:
