@@ -65,9 +65,12 @@ from monitor.estimates.estimator import (  # noqa: E402
     terms_of,
     uniform,
 )
+from monitor.estimates.recorder import EstimateRecorder  # noqa: E402
 from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
 from monitor.evaluators.sampler import Sampler, unit_hash  # noqa: E402
+from monitor.metrics_catalog import ESTIMATE_TERMS, create  # noqa: E402
 from monitor.models import EvaluationResult, PriorityReason, Score  # noqa: E402
+from monitor.sinks.metrics import AgentLabels  # noqa: E402
 
 METRIC = "faithfulness"
 ICC = 0.2  # intra-conversation correlation of the propensity to invent
@@ -111,17 +114,47 @@ class Outcome:
     estimates: dict[str, tuple[float, float, float] | None]  # method -> (value, low, high)
 
 
-def score_cases(items: list[Item]) -> list[Case]:
+def score_cases(items: list[Item]) -> tuple[list[Case], list[float]]:
+    """Tier 0 on every item once; and its CPU milliseconds per trace."""
     evaluator = HeuristicEvaluator()
     cases = []
+    cpu = []
     for it in items:
+        started = time.process_time()
         result = evaluator.evaluate(it.trace)
+        cpu.append((time.process_time() - started) * 1000.0)
         found = evaluator.grounding_features(it.trace)
         if found is not None:
             it.language, it.features = found
         it.scores = {k: s.value for k, s in result.scores.items()}
         cases.append(Case(it, answer_language(it.trace.answer), result))
-    return cases
+    return cases, cpu
+
+
+def recording_cost(cases: list[Case], rounds: int = 20) -> float:
+    """CPU microseconds the daemon adds per trace for the estimates (the predictions of every
+    estimated metric, counted into the traffic sums), with calibrations holding labels."""
+    from prometheus_client import CollectorRegistry
+
+    config = EstimatesConfig()
+    calibrations = Calibrations(
+        config.thresholds, config.calibration_window, config.calibration_min_labels
+    )
+    recorder = EstimateRecorder(
+        evaluator="llm",
+        config=config,
+        terms=create(ESTIMATE_TERMS, CollectorRegistry()),
+        agent_label=AgentLabels(10),
+        calibrations=calibrations,
+    )
+    for c in cases:  # labelled calibrations, as in a running daemon
+        for metric in config.thresholds:
+            calibrations.get(metric, c.language).add(0.5, 1.0 - c.item.hallucinated)
+    started = time.process_time()
+    for _ in range(rounds):
+        for c in cases:
+            recorder.count_traffic("default", recorder.predict(c.item.trace, c.tier0))
+    return (time.process_time() - started) * 1e6 / (rounds * len(cases))
 
 
 def assign_folds(cases: list[Case], k: int, seed: int) -> np.ndarray:
@@ -350,7 +383,7 @@ def run(
 ) -> tuple[list[Summary], dict[str, Any]]:
     started = time.perf_counter()
     items = [it for it in load_items(data)]
-    cases = score_cases(items)
+    cases, tier0_cpu = score_cases(items)
     folds = assign_folds(cases, k, seed)
     refit_tier0(cases, folds, k, Sampler(SamplingConfig()))
     # the stream: items with a question that tier 0 scores (the estimates' population)
@@ -359,6 +392,8 @@ def run(
         "items": len(usable),
         "unfaithful_items": sum(cases[i].item.hallucinated for i in usable),
         "tier0_seconds": time.perf_counter() - started,
+        "tier0_cpu_ms_p50": float(np.median(tier0_cpu)),
+        "recording_cpu_us": recording_cost([cases[i] for i in usable]),
     }
     # The calibration as in a daemon that has run a while: its window of uniform labels full.
     warm_up = math.ceil(EstimatesConfig().calibration_window / SamplingConfig().rate)
@@ -425,6 +460,11 @@ def print_report(
         ratio = s.width["prediction-powered"] / s.width["uniform-only"]
         print(f"prediction-powered width / uniform-only width: {ratio:.2f}")
     print()
+    print(
+        f"the daemon's added work per trace for the estimates (predictions of the 4 metrics, "
+        f"traffic sums): {info['recording_cpu_us']:.0f} us of CPU; tier 0 itself: "
+        f"{info['tier0_cpu_ms_p50']:.2f} ms p50"
+    )
     print(f"({info['seconds']:.0f} s; tier 0 on every item once: {info['tier0_seconds']:.1f} s)")
 
 

@@ -69,6 +69,7 @@ class EstimateRecorder:
         # (conversation, agent label) -> (last seen, {(metric, quantity): [M, Y, F]})
         self._totals: OrderedDict[tuple[str, str], tuple[float, dict[tuple[str, str], list[float]]]]
         self._totals = OrderedDict()
+        self._children: dict[tuple[str, str, str, str], _Increment] = {}  # bounded: agent labels
 
     def predict(self, trace: Trace, tier0: EvaluationResult) -> dict[str, Prediction]:
         """The calibrated predictions of every estimated metric tier 0 can predict here."""
@@ -163,7 +164,13 @@ class EstimateRecorder:
         return totals
 
     def _inc(self, agent: str, metric: str, quantity: str, term: Term, amount: float) -> None:
-        self._terms.labels(agent, metric, self._evaluator, quantity, term).inc(amount)
+        key = (agent, metric, quantity, term)
+        child = self._children.get(key)
+        if child is None:  # labels() costs more than the increment: every trace makes 16
+            child = self._children[key] = self._terms.labels(
+                agent, metric, self._evaluator, quantity, term
+            )
+        child.inc(amount)
 
 
 def _predictor(tier0: EvaluationResult, metric: str) -> float | None:
