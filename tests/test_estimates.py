@@ -207,10 +207,16 @@ def test_judged_traces_outside_the_uniform_draw_or_unmeasured_are_not_in_the_sam
     assert (
         registry.get_sample_value("ragmon_estimate_terms_total", {**_labels(), "term": "m"}) is None
     )
-    recorder.count_judged(trace, tier0, drawn, result("llm", faithfulness=0.5))
+    recorder.count_judged(trace, tier0, drawn, result("llm", faithfulness=0.9))
     assert registry.get_sample_value(
         "ragmon_estimate_terms_total", {**_labels(), "term": "m"}
     ) == pytest.approx(20.0)
+    # a sum that stays 0 (no answer below the threshold yet) is a series at 0, not missing:
+    # the recording rules need every term to compute anything
+    below = {**_labels(), "quantity": "below"}
+    for term in TERMS:
+        series = {**below, "term": term}
+        assert registry.get_sample_value("ragmon_estimate_terms_total", series) is not None, term
 
 
 def _labels() -> dict[str, str]:

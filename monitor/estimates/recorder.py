@@ -142,9 +142,8 @@ class EstimateRecorder:
             "fm": f0 * dm + df * m0 + df * dm,
             "yf": y0 * df + dy * f0 + dy * df,
         }
-        for term, step in steps.items():
-            if step:
-                self._inc(agent, metric, quantity, term, step)
+        for term, step in steps.items():  # zeros too: a sum that stays 0 is a series at 0
+            self._inc(agent, metric, quantity, term, step)
         total[0], total[1], total[2] = m0 + dm, y0 + dy, f0 + df
 
     def _conversation(
