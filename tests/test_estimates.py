@@ -192,6 +192,7 @@ def test_judged_traces_outside_the_uniform_draw_or_unmeasured_are_not_in_the_sam
     trace = make_trace("q", ["ctx"], "answer", trace_id="t1")
     tier0 = result("heuristic", support=0.3)
     predicted = recorder.predict(trace, tier0)
+    recorder.count_traffic(trace.agent, predicted)
     priority = Selection(
         uniform=False, inclusion_probability=0.05, priority="low_support", predictions=predicted
     )
