@@ -27,7 +27,8 @@ Methods (rows):
 
 Held out: items are dealt into folds by source as ``bench/detect.py`` does (grouped by
 document or question, positives spread evenly). Repetition r uses fold r mod k: tier 0's
-grounding model is refitted on the other folds, and the tier-0 calibration
+grounding model is refitted on the other folds (and the supports the calibration learns on come
+from models that did not see those items either), and the tier-0 calibration
 (monitor.estimates.calibration, default window and minimum) is fitted online on the uniform
 draw of a stream built from the other folds, long enough to fill its window (as in a daemon
 that has run a while), then frozen; the reported stream is built from the held-out fold alone.
@@ -173,18 +174,29 @@ def assign_folds(cases: list[Case], k: int, seed: int) -> np.ndarray:
 
 
 def refit_tier0(cases: list[Case], folds: np.ndarray, k: int, sampler: Sampler) -> None:
-    """Per fold: tier 0's support from a grounding model fitted on the other folds, and the
-    priority rule the sampler finds with that support."""
+    """Per held-out fold f: every item's tier-0 support from a grounding model that never saw
+    it, and the priority rule the sampler finds with that support. The items of fold f are
+    scored by the model fitted on the other folds; an item of another fold g (the calibration's
+    training stream) by the model fitted on the folds other than f and g, so that the
+    calibration learns on supports as out-of-sample as those it is applied to -- as in
+    production, where the shipped model never saw the traffic."""
+    models: dict[frozenset[int], Any] = {}
+
+    def model_without(held: frozenset[int]) -> Any:
+        if held not in models:
+            train = [
+                Example(c.item.language, c.item.features, c.item.hallucinated, c.item.group)
+                for c, f in zip(cases, folds, strict=True)
+                if f >= 0 and f not in held
+            ]
+            models[held] = model_of(fit_model(train))
+        return models[held]
+
     for fold in range(k):
-        train = [
-            Example(c.item.language, c.item.features, c.item.hallucinated, c.item.group)
-            for c, f in zip(cases, folds, strict=True)
-            if f >= 0 and f != fold
-        ]
-        model = model_of(fit_model(train))
-        for c in cases:
+        for c, g in zip(cases, folds, strict=True):
             if not c.item.features:
                 continue
+            model = model_without(frozenset({fold, int(g)}))
             support = model.support(c.item.language, c.item.features)
             c.support[fold] = support
             scores = {**c.tier0.scores, "support": Score.of(support)}
