@@ -105,9 +105,11 @@ class EstimateRecorder:
         totals = self._conversation(trace, label, now)
         language = answer_language(trace.answer)
         for metric, prediction in selection.predictions.items():
+            if metric not in self._thresholds:
+                continue
             score = judged.scores.get(metric)
             x = _predictor(tier0, metric)
-            if score is None or score.value is None or x is None or metric not in self._thresholds:
+            if score is None or score.value is None or x is None:
                 continue  # unmeasured by the judge: not in the sample (docs/metrics.md)
             threshold = self._thresholds[metric]
             for quantity in QUANTITIES:
