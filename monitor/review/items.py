@@ -199,7 +199,7 @@ class ReviewItem:
 
 
 def selection_text(selection: Selection | None) -> str | None:
-    """ "uniform draw (inclusion probability 0.05)", "priority: low_support", or both."""
+    """Why the judge saw an answer, in words: the uniform draw, a priority rule, or both."""
     if selection is None:
         return None
     parts = []
