@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.command import ExitCode
 from monitor.config import Settings
+from monitor.estimates.calibration import Calibrations
+from monitor.estimates.recorder import EstimateRecorder
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.llm import LLMJudge
@@ -506,6 +508,9 @@ async def build_scoring_stage(
             judge = LLMJudge(settings.judge, judge_metrics, budget=sampler.budget)
         stack.push_async_callback(judge.aclose)
     conversation_metrics = ConversationMetrics(metrics.registry, metrics.agent_label)
+    estimates = None
+    if judge is not None:
+        estimates = _estimate_recorder(settings, metrics, scoring_metrics, judge.name)
     tracker = ConversationTracker(
         settings.conversations,
         conversation_metrics,
@@ -525,5 +530,26 @@ async def build_scoring_stage(
         conversations=tracker,
         on_skip=lambda reason: metrics.traces_skipped.labels(reason).inc(),
         count_constraints=conversation_metrics.count_constraint_checks,  # traces without one
+        estimates=estimates,
     )
     return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget)
+
+
+def _estimate_recorder(
+    settings: Settings, metrics: Metrics, scoring_metrics: ScoringMetrics, evaluator: str
+) -> EstimateRecorder:
+    """The population estimates' sums, with their calibrations exported on the registry."""
+    config = settings.estimates
+    calibrations = Calibrations(
+        config.thresholds, config.calibration_window, config.calibration_min_labels
+    )
+    metrics.registry.register(calibrations)
+    return EstimateRecorder(
+        evaluator=evaluator,
+        config=config,
+        terms=scoring_metrics.estimate_terms,
+        agent_label=metrics.agent_label,
+        calibrations=calibrations,
+        max_conversations=settings.conversations.max_conversations,
+        idle_seconds=settings.conversations.idle_seconds,
+    )

@@ -151,6 +151,10 @@ JUDGE_REQUEST_OUTCOMES: tuple[JudgeRequestOutcome, ...] = get_args(JudgeRequestO
 JudgeEndpoint = Literal["chat", "embeddings"]
 JUDGE_ENDPOINTS: tuple[JudgeEndpoint, ...] = get_args(JudgeEndpoint)
 GOLDEN_RUN_OUTCOMES = ("passed", "failed", "error")  # golden.results.Outcome
+# Which traces a score comes from: every trace (tier 0), the judge's uniform draw, or the
+# judge's priorities (models.Selection).
+SELECTIONS = ("all", "uniform", "priority")
+ESTIMATE_QUANTITIES = ("mean", "below")
 
 # --- buckets --------------------------------------------------------------------------------------
 
@@ -307,7 +311,7 @@ EVALUATION_SCORE = _declare(
         "ragmon_evaluation_score_ratio",
         Histogram,
         "Measured scores in [0, 1].",
-        ("agent", "metric", "evaluator"),
+        ("agent", "metric", "evaluator", "selection"),
         buckets=SCORE_BUCKETS,
     )
 )
@@ -316,7 +320,7 @@ EVALUATION_SCORE_MEAN = _declare(
         "ragmon_evaluation_score_mean_ratio",
         Gauge,
         "Mean score over the rolling window, per replica (use the histogram across replicas).",
-        ("agent", "metric", "evaluator"),
+        ("agent", "metric", "evaluator", "selection"),
         collected=True,
     )
 )
@@ -360,6 +364,14 @@ SAMPLER_DECISIONS = _declare(
         ("agent", "outcome"),
     )
 )
+SAMPLER_PRIORITIES = _declare(
+    MetricSpec(
+        "ragmon_sampler_priorities_total",
+        Counter,
+        "Traces matching a priority rule for the judge, by rule.",
+        ("agent", "reason"),
+    )
+)
 SAMPLER_SHED = _declare(
     MetricSpec(
         "ragmon_sampler_shed_total",
@@ -374,6 +386,32 @@ SAMPLER_EFFECTIVE_RATE = _declare(
         Gauge,
         "Sampling rate in force after load shedding.",
         ("agent",),
+    )
+)
+ESTIMATE_TERMS = _declare(
+    MetricSpec(
+        "ragmon_estimate_terms_total",
+        Counter,
+        "Running sums the population estimates of the judge's scores are computed from.",
+        ("agent", "metric", "evaluator", "quantity", "term"),
+    )
+)
+ESTIMATE_CALIBRATION_LABELS = _declare(
+    MetricSpec(
+        "ragmon_estimate_calibration_labels",
+        Gauge,
+        "Judged traces the tier-0 calibration is fitted on, per replica.",
+        ("metric", "language"),
+        collected=True,
+    )
+)
+ESTIMATE_CALIBRATION_AGE = _declare(
+    MetricSpec(
+        "ragmon_estimate_calibration_age_seconds",
+        Gauge,
+        "Seconds since the tier-0 calibration last took in a judged trace, per replica.",
+        ("metric", "language"),
+        collected=True,
     )
 )
 JUDGE_QUEUE_DEPTH = _declare(

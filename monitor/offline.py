@@ -209,10 +209,12 @@ class RunSummary:
         sampled, priority = self.decisions[("sampled",)], self.decisions[("priority",)]
         shed = sum(self.shed.values())
         skipped = self.decisions[("skipped",)]
+        capped = self.decisions[("priority_capped",)]
         selected = sampled + priority + shed
         parts = [
             f"judge: {selected} traces selected (sampled {sampled}, priority {priority}),"
             f" {skipped} not in the sample"
+            + (f", {capped} priorities over sampling.priority_max_share" if capped else "")
         ]
         if shed:
             parts.append(f"shed {shed} ({_listing(self.shed)})")

@@ -131,6 +131,22 @@ def test_the_summary_reports_traces_left_unjudged_by_reason(tmp_path: Path) -> N
         server.stop_in_thread()
     assert result.returncode == 0, result.stderr
     line = _judge_line(result.stdout)
-    assert line.startswith("judge: 6 traces selected (sampled 3, priority 3)"), line
+    # Offline scoring draws every trace, and a drawn priority counts as drawn.
+    assert line.startswith("judge: 6 traces selected (sampled 6, priority 0)"), line
     assert line.endswith("judged 0; left unjudged 6 (judge_error 6)"), line
     assert "unmeasured (llm) judge_error: " in result.stdout
+
+
+def test_the_summary_counts_the_priorities_the_cap_skipped() -> None:
+    from collections import Counter
+
+    from monitor.offline import RunSummary
+
+    decisions = Counter(
+        {("sampled",): 3, ("priority",): 2, ("priority_capped",): 4, ("skipped",): 10}
+    )
+    line = RunSummary(decisions=decisions, judge_active=True).judge_line()
+    assert line.startswith(
+        "judge: 5 traces selected (sampled 3, priority 2), 10 not in the sample,"
+        " 4 priorities over sampling.priority_max_share; judged 0"
+    ), line

@@ -5,7 +5,9 @@ earlier turns), the evaluators run on the numbered trace, and each result goes t
 conversation's turn row, the store, the results topic and the metrics. A trace is finished (its
 offset committable) once its results are stored and published, and, when it was sampled, once
 the judge has answered or given up. Judge work beyond the queue bound is shed and counted; it
-never blocks consumption.
+never blocks consumption. With a judge, each trace's tier-0 predictions of the judge's scores
+are counted for the population estimates, and a judged result carries its `selection` (why it
+was judged) and, from the uniform draw, joins the estimates' sample (monitor.estimates).
 
 Tier 0 checks the constraints a trace carries (those with a `kind`), with or without a
 conversation; the judge's result carries the same verdicts. The verdicts of a trace without a
@@ -27,8 +29,15 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from monitor.estimates.recorder import EstimateRecorder
 from monitor.evaluators.sampler import Sampler
-from monitor.models import ConstraintVerdict, EvaluationResult, StatementVerdict, Trace
+from monitor.models import (
+    ConstraintVerdict,
+    EvaluationResult,
+    Selection,
+    StatementVerdict,
+    Trace,
+)
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.span_events import add_evaluation_events
@@ -110,6 +119,7 @@ class ScoringProcessor:
         conversations: ConversationTracker | None = None,
         on_skip: Callable[[str], None] | None = None,
         count_constraints: Callable[[str, Sequence[ConstraintVerdict]], None] | None = None,
+        estimates: EstimateRecorder | None = None,
     ) -> None:
         self._tier0 = tier0
         self._offload_chars = offload_chars
@@ -125,6 +135,7 @@ class ScoringProcessor:
         self._conversations = conversations
         self._on_skip = on_skip
         self._count_constraint_checks = count_constraints
+        self._estimates = estimates
         self.observers: list[ResultObserver] = []
 
     async def process(self, trace: Trace) -> None:
@@ -142,13 +153,16 @@ class ScoringProcessor:
             tier0 = self._flagged(trace, await self._tier0_result(trace))
             if turn is None and count:
                 self._count_constraints(tier0)
-            judging = self._judge_if_sampled(trace, tier0, count)
+            selection, judging = self._judge_if_sampled(trace, tier0, count)
             await self._emit(trace, tier0, turn, count)
             if judging is not None:
                 judged = await judging
                 if judged is not None:
                     if tier0.constraints and not judged.constraints:
                         judged = judged.model_copy(update={"constraints": tier0.constraints})
+                    judged = judged.model_copy(update={"selection": selection})
+                    if count and self._estimates is not None and selection is not None:
+                        self._estimates.count_judged(trace, tier0, selection, judged)
                     await self._emit(trace, self._flagged(trace, judged), turn, count)
 
     def _count_constraints(self, result: EvaluationResult) -> None:
@@ -185,17 +199,27 @@ class ScoringProcessor:
 
     def _judge_if_sampled(
         self, trace: Trace, tier0: EvaluationResult, count: bool = True
-    ) -> asyncio.Task[EvaluationResult | None] | None:
+    ) -> tuple[Selection | None, asyncio.Task[EvaluationResult | None] | None]:
+        """The trace's selection for the judge (None without a judge) and the judge's task,
+        when it is judged."""
         agent = self._metrics.agent_label(trace.agent)
         self._sampler.observe_queue(self._judge_depth)
         self._metrics.effective_rate.labels(agent).set(self._sampler.effective_rate(trace.agent))
         if self._judge is None:
-            return None
-        decision = self._sampler.decide(trace, tier0)
-        if decision == "skipped":
+            return None, None
+        choice = self._sampler.select(trace, tier0)
+        selection, decision = choice.selection, choice.decision
+        if self._estimates is not None:
+            predictions = self._estimates.predict(trace, tier0)
+            selection = selection.model_copy(update={"predictions": predictions})
             if count:
-                self._metrics.sampler_decisions.labels(agent, "skipped").inc()
-            return None
+                self._estimates.count_traffic(trace.agent, predictions)
+        if count and selection.priority is not None:
+            self._metrics.sampler_priorities.labels(agent, selection.priority).inc()
+        if decision in ("skipped", "priority_capped"):
+            if count:
+                self._metrics.sampler_decisions.labels(agent, decision).inc()
+            return selection, None
         shed_reason = None
         if decision == "rate_lowered":
             shed_reason = "rate_lowered"
@@ -209,12 +233,12 @@ class ScoringProcessor:
             if count:
                 self._metrics.sampler_decisions.labels(agent, "shed").inc()
                 self._metrics.sampler_shed.labels(agent, shed_reason).inc()
-            return None
+            return selection, None
         if count:
             self._metrics.sampler_decisions.labels(agent, decision).inc()
         self._judge_depth += 1
         self._metrics.judge_queue.set(self._judge_depth)
-        return asyncio.create_task(self._run_judge(trace))
+        return selection, asyncio.create_task(self._run_judge(trace))
 
     async def _run_judge(self, trace: Trace) -> EvaluationResult | None:
         assert self._judge is not None

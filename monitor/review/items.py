@@ -13,7 +13,7 @@ from typing import Any
 
 from monitor.config import Settings
 from monitor.evaluators.redaction import Redactor
-from monitor.models import EvaluationResult
+from monitor.models import EvaluationResult, Selection
 from monitor.pipeline.scoring import TextRedactor
 from monitor.review import options
 from monitor.sinks.store import SCORE_COLUMNS
@@ -136,6 +136,12 @@ class ReviewItem:
     turn: int | None = None
     scored_at: datetime | None = None
     similar: Similar | None = None
+    selection: Selection | None = None  # why the judge saw it (judged results only)
+
+    @property
+    def judged_because(self) -> str | None:
+        """Why the judge saw this answer, in words; None for a result of every trace."""
+        return selection_text(self.selection)
 
     @property
     def count(self) -> int:
@@ -173,6 +179,7 @@ class ReviewItem:
                 for c in self.violated_constraints
             ],
             "flags": list(self.flags),
+            "selection": self.selection.model_dump() if self.selection is not None else None,
         }
 
 
@@ -250,6 +257,22 @@ class Review:
     @property
     def unmeasured_count(self) -> int:
         return sum(group.count for group in self.unmeasured)
+
+
+def selection_text(selection: Selection | None) -> str | None:
+    """Why the judge saw an answer, in words: the uniform draw, a priority rule, or both."""
+    if selection is None:
+        return None
+    parts = []
+    if selection.uniform:
+        parts.append(
+            f"uniform draw (inclusion probability {selection.inclusion_probability:.3g}): "
+            "counts in the population estimates"
+        )
+    if selection.priority is not None:
+        rule = f"priority rule {selection.priority}"
+        parts.append(rule if selection.uniform else f"{rule}: not in the population estimates")
+    return "; ".join(parts) if parts else None
 
 
 def excerpt(text: str, limit: int) -> tuple[str, bool]:
@@ -341,4 +364,5 @@ def build_item(
         conversation_id=result.conversation_id,
         turn=result.turn,
         scored_at=scored_at,
+        selection=result.selection,
     )

@@ -138,6 +138,8 @@ class _Lines:
         self.pieces("Scores: ", [f"{n} {cell.render()}" for n, cell in item.scores.items()])
         if item.flags:
             self.pieces("Flags: ", [one_line(f) for f in item.flags])
+        if item.judged_because is not None:
+            self.block("Judged: ", item.judged_because)
         self.lines.append("")
 
 
