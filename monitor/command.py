@@ -35,7 +35,8 @@ class ExitCode(IntEnum):
     COMPONENT_DIED = 4
     """`demo`: a part died while it ran."""
     FORCED = 130
-    """A second SIGTERM or Ctrl-C during shutdown."""
+    """A second SIGTERM or Ctrl-C during shutdown, or `run` still busy at the end of
+    `shutdown.deadline_seconds` (what was unfinished is read again by the next owner)."""
 
 
 Handler = Callable[[argparse.Namespace], ExitCode]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -30,6 +30,7 @@ from monitor.pipeline.conversation import turn_order_key
 from monitor.pipeline.stage import TraceProcessor
 from monitor.sinks.deadletter import DeadLetterSink
 from monitor.sinks.metrics import Metrics
+from monitor.sinks.produce import ProduceRejected
 from monitor.sources.assembly import Release
 from monitor.sources.native import DecodeError, decode_native
 from monitor.sources.offsets import OffsetTracker
@@ -66,12 +67,14 @@ class Ingest:
         otlp: OtlpIntake | None = None,
         assembled_topics: frozenset[str] = frozenset(),
         text_lines: bool = False,
+        on_fatal: Callable[[ProduceRejected], None] | None = None,
     ) -> None:
         """`otlp` takes OTLP messages (None: input is native only); `assembled_topics` hold
         native traces the OTLP stage assembled (never OTLP, already counted as decoded).
         `text_lines`: messages are lines of a text file (the file source), so with the `auto`
         format bytes that are not JSON are a native decoding error (invalid_utf8, invalid_json),
-        never OTLP protobuf."""
+        never OTLP protobuf. `on_fatal` hears of a write the cluster refuses for good (the trace
+        then stays unfinished, its offset uncommitted)."""
         self._format = input_format
         self._text_lines = text_lines
         self._max_bytes = max_message_bytes
@@ -90,6 +93,7 @@ class Ingest:
         # The last batch's work per conversation, which the next batch's work of it waits for.
         self._tails: dict[str, asyncio.Future[None]] = {}
         self._decoded_native = metrics.traces_decoded.labels("native")
+        self._on_fatal = on_fatal
 
     def attach_otlp(self, otlp: OtlpIntake) -> None:
         """Where OTLP messages go (set after construction: an in-process intake feeds back)."""
@@ -247,10 +251,31 @@ class Ingest:
         self._capacity.set()
 
     async def _process(self, item: _Work) -> None:
+        """Process one trace and finish its messages, unless it was cancelled (shutdown) or a
+        write failed for good: then its offsets stay uncommitted, to be read again."""
         trace = item.trace
         structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         started = time.perf_counter()
         agent = self._metrics.agent_label(trace.agent)
+        try:
+            await self._process_or_dead_letter(item, agent)
+        except ProduceRejected as exc:
+            if self._on_fatal is None:
+                raise
+            self._on_fatal(exc)
+            return
+        finally:
+            elapsed = time.perf_counter() - started
+            exemplar = (
+                {"trace_id": trace.trace_id}
+                if len(trace.trace_id) <= MAX_EXEMPLAR_ID_CHARS
+                else None
+            )
+            self._metrics.processing_seconds.observe(elapsed, exemplar=exemplar)
+        self._finish(item.tokens)
+
+    async def _process_or_dead_letter(self, item: _Work, agent: str) -> None:
+        trace = item.trace
         try:
             if self._tracer is not None:
                 with self._tracer.start_as_current_span("rag-monitor process", context=item.parent):
@@ -258,6 +283,8 @@ class Ingest:
             else:
                 await self._processor.process(trace)
             self._metrics.traces_processed.labels(agent, "ok").inc()
+        except ProduceRejected:
+            raise
         except Exception as exc:
             log.exception("processing failed; dead-lettering the trace")
             self._metrics.traces_processed.labels(agent, "error").inc()
@@ -267,15 +294,6 @@ class Ingest:
                 await self._dead_letter(
                     token, "processing_error", type(exc).__name__, detail, value=value
                 )
-        finally:
-            elapsed = time.perf_counter() - started
-            exemplar = (
-                {"trace_id": trace.trace_id}
-                if len(trace.trace_id) <= MAX_EXEMPLAR_ID_CHARS
-                else None
-            )
-            self._metrics.processing_seconds.observe(elapsed, exemplar=exemplar)
-            self._finish(item.tokens)
 
     async def reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
         """Dead-letter a message that cannot be decoded (and finish it)."""

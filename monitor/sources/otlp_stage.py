@@ -45,7 +45,7 @@ from monitor.messages import RawMessage
 from monitor.models import Trace
 from monitor.sinks.deadletter import HEADER_PREFIX, DeadLetterSink
 from monitor.sinks.metrics import Metrics
-from monitor.sinks.writer import OutRecord, TopicWriter
+from monitor.sinks.writer import OutRecord, Refused, TopicWriter
 from monitor.sources.assembly import Release, TraceAssembler
 from monitor.sources.native import DecodeError, decode_native
 from monitor.sources.offsets import OffsetTracker
@@ -160,6 +160,28 @@ def part_token(msg: RawMessage) -> PartToken:
     return PartToken(msg, origin, fmt)
 
 
+async def dead_letter(
+    sink: DeadLetterSink,
+    metrics: Metrics,
+    origin: RawMessage,
+    reason: str,
+    error_class: str,
+    detail: str,
+    value: bytes | None = None,
+) -> None:
+    """Dead-letter (and count) what came in `origin`: its own value, or `value` in its place."""
+    log.warning(
+        "message dead-lettered",
+        topic=origin.topic,
+        partition=origin.partition,
+        offset=origin.offset,
+        reason=reason,
+        error=detail,
+    )
+    await sink.send(origin, reason, error_class, detail, value=value)
+    metrics.dead_letters.labels(reason).inc()
+
+
 async def dead_letter_release(
     sink: DeadLetterSink,
     metrics: Metrics,
@@ -171,22 +193,18 @@ async def dead_letter_release(
     """Dead-letter one trace: its spans in the input's format, under its first origin."""
     merged = merge_parts(list(release.parts))
     detail = f"trace {release.trace_id}: {error}"
-    try:
-        value: bytes | None = encode_request(merged, release.origin.fmt)
-    except Exception:  # undecodable parts cannot be re-encoded: keep them as they are
-        value = merged
-    if value is not None and len(value) > max_bytes:
-        detail += f" (its {len(value)} bytes of spans exceed {max_bytes} and are not attached)"
+    value: bytes | None = merged
+    if len(merged) > max_bytes:  # its JSON would be larger still: not worth the CPU
+        detail += f" (its {len(merged)} bytes of spans exceed {max_bytes} and are not attached)"
         value = None
-    log.warning(
-        "trace dead-lettered",
-        trace_id=release.trace_id,
-        reason=reason,
-        error=detail,
-        revision=release.revision,
+    else:
+        try:
+            value = encode_request(merged, release.origin.fmt)
+        except Exception:  # undecodable parts cannot be re-encoded: keep them as they are
+            value = merged
+    await dead_letter(
+        sink, metrics, release.origin.origin, reason, type(error).__name__, detail, value
     )
-    await sink.send(release.origin.origin, reason, type(error).__name__, detail, value=value)
-    metrics.dead_letters.labels(reason).inc()
 
 
 def stamp(trace: Trace, release: Release[PartToken]) -> Trace:
@@ -438,11 +456,14 @@ class SpanForwarder:
         metrics: Metrics,
         finish: Finish,
         reject: Reject,
+        dead_letters: DeadLetterSink,
     ) -> None:
         self._writer = writer
         self._topic = spans_topic
         self._finish = finish
         self._reject = reject
+        self._metrics = metrics
+        self._dead_letters = dead_letters
         self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
 
     async def take(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None:
@@ -454,6 +475,7 @@ class SpanForwarder:
 
     async def _forward(self, messages: Sequence[tuple[RawMessage, OtlpFormat]], logs: bool) -> None:
         records: list[OutRecord] = []
+        sources: dict[int, tuple[RawMessage, OtlpFormat]] = {}
         done: list[RawMessage] = []
         for msg, fmt in messages:
             parts = split_logs_or_reject(msg, fmt) if logs else split_or_reject(msg, fmt)
@@ -465,13 +487,37 @@ class SpanForwarder:
                 self._finish([msg])
                 continue
             headers = part_headers(msg, fmt, logs=logs)
-            records += [
-                OutRecord(self._topic, part.trace_id.encode(), part.data, headers) for part in parts
-            ]
+            for part in parts:
+                records.append(OutRecord(self._topic, part.trace_id.encode(), part.data, headers))
+                sources[id(records[-1])] = (msg, fmt)
             done.append(msg)
         if records:
-            await self._writer.send_all(records)
+            for refused in await self._writer.send_all(records):
+                msg, fmt = sources[id(refused.record)]
+                await self._refused(msg, fmt, refused, logs)
         self._finish(done)
+
+    async def _refused(
+        self, msg: RawMessage, fmt: OtlpFormat, refused: Refused, logs: bool
+    ) -> None:
+        """A part the spans topic will not take (too large): dead-lettered, its trace's spans
+        in the input's format (the other traces of the message went on)."""
+        record = refused.record
+        trace_id = (record.key or b"").decode("ascii", "replace")
+        value = record.value if logs else encode_request(record.value, fmt)
+        detail = (
+            f"trace {trace_id}: its part of {len(record.value)} bytes is too large for the spans"
+            f" topic ({type(refused.error).__name__})"
+        )
+        await dead_letter(
+            self._dead_letters,
+            self._metrics,
+            msg,
+            "too_large",
+            type(refused.error).__name__,
+            detail,
+            value,
+        )
 
     async def tick(self) -> None:
         return None
@@ -501,6 +547,7 @@ class TracesTopicOutput:
 
     async def __call__(self, items: list[tuple[Trace, Release[PartToken]]]) -> None:
         records: list[OutRecord] = []
+        releases: dict[int, Release[PartToken]] = {}
         tokens: list[RawMessage] = []
         for trace, release in items:
             value = trace.model_dump_json(exclude_none=True).encode("utf-8")
@@ -523,24 +570,46 @@ class TracesTopicOutput:
             records.append(
                 OutRecord(self._topic, trace.partition_key.encode("utf-8"), value, headers)
             )
+            releases[id(records[-1])] = release
             tokens.extend(released)
         if records:
-            await self._writer.send_all(records)
+            for refused in await self._writer.send_all(records):
+                error = DecodeError(
+                    "too_large",
+                    f"the traces topic refused the assembled trace of {len(refused.record.value)}"
+                    f" bytes ({type(refused.error).__name__})",
+                )
+                await dead_letter_release(
+                    self._dead_letters,
+                    self._metrics,
+                    releases[id(refused.record)],
+                    "too_large",
+                    error,
+                    self._max_bytes,
+                )
         self._finish(tokens)
 
     async def forward_native(self, items: Sequence[tuple[RawMessage, Trace]]) -> None:
         """Native traces found on an OTLP topic: passed on unchanged, keyed by conversation."""
-        records = [
-            OutRecord(
-                self._topic,
-                trace.partition_key.encode("utf-8"),
-                msg.value or b"",
-                [(k, v) for k, v in msg.headers if not k.startswith(HEADER_PREFIX)],
+        origins: dict[int, RawMessage] = {}
+        records: list[OutRecord] = []
+        for msg, trace in items:
+            kept = [(k, v) for k, v in msg.headers if not k.startswith(HEADER_PREFIX)]
+            records.append(
+                OutRecord(self._topic, trace.partition_key.encode(), msg.value or b"", kept)
             )
-            for msg, trace in items
-        ]
-        if records:
-            await self._writer.send_all(records)
+            origins[id(records[-1])] = msg
+        for refusal in await self._writer.send_all(records) if records else []:
+            error_class = type(refusal.error).__name__
+            detail = f"the traces topic refused it ({error_class})"
+            await dead_letter(
+                self._dead_letters,
+                self._metrics,
+                origins[id(refusal.record)],
+                "too_large",
+                error_class,
+                detail,
+            )
         self._finish([msg for msg, _ in items])
 
 
@@ -584,7 +653,7 @@ class KafkaOtlpStage:
         )
         self._logs_topics = frozenset(kafka.otlp_logs_topics)
         self.forwarder = SpanForwarder(
-            writer, self.spans_topic, metrics, self._finish, self._reject
+            writer, self.spans_topic, metrics, self._finish, self._reject, dead_letters
         )
         self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
         self._decoded_native = metrics.traces_decoded.labels("native")
