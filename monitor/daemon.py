@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from monitor.golden.service import golden_service
 from monitor.http import HttpServer, Probes, build_app
 from monitor.pipeline.conversation import ConversationMetrics, ConversationTracker
 from monitor.pipeline.ingest import Ingest
-from monitor.pipeline.scoring import ScoringProcessor
+from monitor.pipeline.scoring import ScoringProcessor, scored_whole
 from monitor.pipeline.stage import TraceProcessor
 from monitor.retry import FailingCalls, RetryMetrics
 from monitor.review.http import add_review_routes
@@ -55,6 +56,7 @@ from monitor.sources.otlp_stage import (
     KafkaOtlpStage,
     LocalIntake,
     OtlpMetrics,
+    ScoredWhole,
     SpanForwarder,
 )
 from monitor.sources.progress import StageWatch
@@ -244,8 +246,9 @@ class Daemon:
             output=ingest.dispatch_assembled,
             finish=ingest.finish_messages,
             awaits_events=True,  # a replay may carry log exports anywhere in it
+            scored_whole=self._scored_whole(),
         )
-        return LocalIntake(assembly, self.tracker, self.metrics, ingest.reject)
+        return LocalIntake(assembly, self.tracker, self.metrics, ingest.reject, dead_letters)
 
     async def _run_kafka(
         self,
@@ -291,6 +294,7 @@ class Daemon:
                 tracker=self.otlp_tracker,
                 writer=writer,
                 dead_letters=dead_letters,
+                scored_whole=self._scored_whole(),
             )
             otlp_source = KafkaSource(
                 config,
@@ -374,6 +378,12 @@ class Daemon:
         self.store, self.conversations = stage.store, stage.tracker
         stack.push_async_callback(self.shutdown.bounded("conversations", stage.tracker.flush))
         return stage.processor, stage
+
+    def _scored_whole(self) -> ScoredWhole | None:
+        """Whether the store has a whole trace's result (None without a store)."""
+        if self.store is None:
+            return None
+        return functools.partial(scored_whole, self.store, HeuristicEvaluator.name)
 
     async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.conversations is not None:

@@ -134,6 +134,7 @@ DEAD_LETTER_REASONS = (
     "empty_message",
     "otlp_undecodable",
     "otlp_unmappable",
+    "too_many_spans",
     "processing_error",
 )
 OK_ERROR = ("ok", "error")

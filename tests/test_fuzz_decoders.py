@@ -50,6 +50,7 @@ from monitor.sources.otlp import (
     detect_format,
     spans_to_trace,
 )
+from monitor.sources.otlp_split import split_by_trace
 from monitor.telemetry import context_from_headers
 from tests.support.faults import (
     DaemonProcess,
@@ -717,16 +718,14 @@ def _oracle(value: bytes | None, max_bytes: int) -> list[tuple[str, str]]:
         except DecodeError as exc:
             return [("dead", exc.reason)]
     try:
-        spans = decode_otlp(value or b"", fmt)
+        split = split_by_trace(value or b"", fmt)  # a bad trace is rejected alone
     except OtlpDecodeError:
         return [("dead", "otlp_undecodable")]
-    if not spans:
+    outcomes = [("dead", "otlp_undecodable") for _ in split.rejected]
+    if not split.parts and not split.rejected:
         return [("skip", "otlp_no_spans")]
-    by_trace: dict[str, list[SpanRecord]] = {}
-    for span in spans:
-        by_trace.setdefault(span.trace_id, []).append(span)
-    outcomes = []
-    for trace_spans in by_trace.values():
+    for part in split.parts:
+        trace_spans = decode_otlp(part.data, "otlp_proto")
         try:
             trace = spans_to_trace(trace_spans)
         except OtlpMappingError:
