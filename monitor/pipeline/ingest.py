@@ -15,6 +15,7 @@ for the file source.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from opentelemetry.context import Context
 from monitor.config import InputFormat
 from monitor.messages import RawMessage
 from monitor.models import Trace
+from monitor.offload import offload
 from monitor.pipeline.conversation import turn_order_key
 from monitor.pipeline.stage import TraceProcessor
 from monitor.sinks.deadletter import DeadLetterSink
@@ -166,7 +168,9 @@ class Ingest:
                 span.set_attribute("messaging.kafka.offset", msg.offset)
                 parent = otel_trace.set_span_in_context(span)
         try:
-            trace = decode_native(msg.value, self._max_bytes)
+            trace = await offload(
+                msg.value_size, functools.partial(decode_native, msg.value, self._max_bytes)
+            )
         except DecodeError as exc:
             await self.reject(msg, exc)
             return None

@@ -2,15 +2,13 @@
 and stamp it with what assembly knows (when it started, whether it is whole, its revision).
 
 Pure and thread-safe: the OTLP stage runs it in a worker thread for large traces, so that the
-CPU one trace of many spans costs does not hold the event loop (`offload`).
+CPU one trace of many spans costs does not hold the event loop (`monitor.offload`).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from monitor.models import Trace
 from monitor.sources.assembly import Release
@@ -18,24 +16,7 @@ from monitor.sources.otlp import OtlpMappingError, decode_otlp, spans_to_trace
 from monitor.sources.otlp_logs import attach_log_events, decode_otlp_logs
 from monitor.sources.otlp_split import merge_parts
 
-__all__ = ["OFFLOAD_BYTES", "map_release", "offload", "release_bytes", "stamp"]
-
-OFFLOAD_BYTES = 64 * 1024
-"""Work on more OTLP bytes than this (an export to split, a trace to map) runs in a worker
-thread: about 10 ms of CPU at this size (`bench/loop_lag.py`), which would otherwise hold the
-event loop, and with it the Kafka fetcher, the probes and every other trace. Smaller work runs
-inline, which is cheaper than a thread hop."""
-
-R = TypeVar("R")
-
-
-async def offload(size: int, work: Callable[[], R]) -> R:
-    """`work()`, in a worker thread when it handles more than `OFFLOAD_BYTES`."""
-    if size > OFFLOAD_BYTES:
-        # The GIL still serialises Python work, but the loop gets its turn every switch
-        # interval (5 ms) instead of waiting for the whole of it.
-        return await asyncio.to_thread(work)
-    return work()
+__all__ = ["map_release", "release_bytes", "stamp"]
 
 
 def release_bytes(release: Release[Any]) -> int:

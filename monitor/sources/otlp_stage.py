@@ -44,6 +44,7 @@ from monitor.config import KafkaConfig
 from monitor.logs import CountedWarning
 from monitor.messages import RawMessage
 from monitor.models import Trace
+from monitor.offload import offload
 from monitor.sinks.deadletter import HEADER_PREFIX, DeadLetterSink
 from monitor.sinks.metrics import Metrics
 from monitor.sinks.writer import OutRecord, Refused, TopicWriter
@@ -57,7 +58,7 @@ from monitor.sources.otlp import (
     detect_format,
 )
 from monitor.sources.otlp_logs import detect_logs_format
-from monitor.sources.otlp_release import map_release, offload, release_bytes
+from monitor.sources.otlp_release import map_release, release_bytes
 from monitor.sources.otlp_split import (
     LogsPart,
     Split,
@@ -772,10 +773,11 @@ class KafkaOtlpStage:
                     else detect_format(msg.value or b"")
                 )
                 if fmt == "native":
+                    decode = functools.partial(
+                        decode_native, msg.value, self._kafka.max_message_bytes
+                    )
                     try:
-                        native.append(
-                            (msg, decode_native(msg.value, self._kafka.max_message_bytes))
-                        )
+                        native.append((msg, await offload(msg.value_size, decode)))
                     except DecodeError as exc:
                         await self._reject(msg, exc)
                     continue
