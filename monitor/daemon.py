@@ -40,7 +40,7 @@ from monitor.pipeline.stage import TraceProcessor
 from monitor.retry import FailingCalls, RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
-from monitor.shutdown import Close, ShutdownClock
+from monitor.shutdown import PRODUCER_CLOSE_SECONDS, Close, ShutdownClock
 from monitor.sinks.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.sinks.metrics import Metrics
 from monitor.sinks.produce import ProduceRejected
@@ -232,7 +232,9 @@ class Daemon:
                     self.failing,
                 )
                 await producer.start()
-                stack.push_async_callback(self.shutdown.bounded("dead letters", producer.stop))
+                stack.push_async_callback(
+                    self.shutdown.bounded("dead letters", producer.stop, PRODUCER_CLOSE_SECONDS)
+                )
                 dead_letters = producer
             return await self._run_kafka(stack, processor, dead_letters, tracer, kafka_kwargs)
 
@@ -275,7 +277,9 @@ class Daemon:
                 failing=self.failing,
             )
             await writer.start()
-            stack.push_async_callback(self.shutdown.bounded("internal topics", writer.stop))
+            stack.push_async_callback(
+                self.shutdown.bounded("internal topics", writer.stop, PRODUCER_CLOSE_SECONDS)
+            )
             ingest.attach_otlp(
                 SpanForwarder(
                     writer,
@@ -583,8 +587,8 @@ async def build_scoring_stage(
     `failing` registers the results topic's writes while they retry.
     """
 
-    def closing(what: str, close: Close) -> Close:
-        return shutdown.bounded(what, close) if shutdown is not None else close
+    def closing(what: str, close: Close, at_most: float | None = None) -> Close:
+        return shutdown.bounded(what, close, at_most) if shutdown is not None else close
 
     store = None
     if settings.store.enabled:
@@ -603,7 +607,7 @@ async def build_scoring_stage(
             failing,
         )
         await publisher.start()
-        stack.push_async_callback(closing("results", publisher.stop))
+        stack.push_async_callback(closing("results", publisher.stop, PRODUCER_CLOSE_SECONDS))
     sampling = settings.sampling
     if judge_everything:
         sampling = sampling.model_copy(update={"rate": 1.0, "agent_rates": {}, "queue_size": 10**9})

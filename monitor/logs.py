@@ -21,7 +21,8 @@ _LEVELS = {
 def configure_logging(
     fmt: Literal["json", "console", "auto"] = "auto", level: str = "info"
 ) -> None:
-    """Route structlog (and the stdlib loggers of aiokafka and aiohttp) to stderr."""
+    """Route structlog (and the stdlib loggers of aiokafka and aiohttp) to stderr; a library's
+    line repeated word for word is shown once a minute."""
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
@@ -44,6 +45,7 @@ def configure_logging(
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         )
     )
+    handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     # Library loggers are chatty at info (every rebalance step); warnings still come through.
@@ -85,3 +87,27 @@ class CountedWarning:
         self._log.warning(self._event, counts=dict(self._counts), seconds=since, **context)
         self._counts = {}
         self._last = now
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a library's line through at most once per `interval` (aiokafka repeats some --
+    a topic missing from the metadata -- thousands of times a second while it retries)."""
+
+    MAX_REMEMBERED = 1000
+
+    def __init__(self, interval: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self._interval = interval
+        self._clock = clock
+        self._seen: dict[tuple[str, str], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.getMessage())
+        now = self._clock()
+        last = self._seen.get(key)
+        if last is not None and now - last < self._interval:
+            return False
+        if len(self._seen) >= self.MAX_REMEMBERED:
+            self._seen.clear()
+        self._seen[key] = now
+        return True

@@ -127,8 +127,11 @@ def test_the_shutdown_clock_keeps_a_reserve_for_closing() -> None:
     shutdown.start()
     clock.now += 100
     shutdown.start()  # the first stop request counts
-    assert shutdown.deadline() == 1025 and shutdown.drain_deadline() == 1020
-    assert ShutdownClock(8, clock).reserve_seconds == 2, "a quarter of a short deadline"
+    # 20 s from the first stop request: closed by 18 s, drained by 13 s, guarded at 19 s
+    assert shutdown.deadline() == 1023 and shutdown.drain_deadline() == 1018
+    assert shutdown.guard_seconds == 19
+    short = ShutdownClock(8, clock)
+    assert (short.reserve_seconds, short.margin_seconds) == (2, 1.6), "shares of a short one"
     assert shutdown.left() == 0
 
 
@@ -150,5 +153,5 @@ async def test_a_close_that_hangs_is_given_up_on_at_the_deadline() -> None:
     assert time.monotonic() - started < 1.0
     assert closed == ["quick"], "what comes after a hanging close still closes"
     assert [(e["event"], e["what"]) for e in logs] == [
-        ("shutdown deadline: no longer waiting for it to close", "the store")
+        ("shutdown: no longer waiting for it to close", "the store")
     ]

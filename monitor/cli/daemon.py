@@ -127,7 +127,8 @@ async def _serve(daemon: Daemon) -> ExitCode:
         signals_seen += 1
         if signals_seen > 1:
             _exit_now(f"second signal ({signal.Signals(signum).name}); exiting at once")
-        _guard_deadline(daemon.settings.shutdown.deadline_seconds)
+        daemon.shutdown.start()  # the deadline counts from the signal
+        _guard_deadline(daemon.shutdown.guard_seconds, daemon.shutdown.deadline_seconds)
         loop.call_soon_threadsafe(daemon.request_stop)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -137,13 +138,12 @@ async def _serve(daemon: Daemon) -> ExitCode:
     return code
 
 
-def _guard_deadline(deadline_seconds: float) -> None:
+def _guard_deadline(after_seconds: float, deadline_seconds: float) -> None:
     """End the process when the shutdown deadline is about to pass, whatever still runs (a
     close that hangs, a thread that does not return): the daemon's own deadlines should have
     ended it before. Unfinished work is read again by the partitions' next owner."""
-    margin = min(1.0, deadline_seconds / 10)
     timer = threading.Timer(
-        deadline_seconds - margin,
+        after_seconds,
         _exit_now,
         [f"shutdown deadline ({deadline_seconds:g}s) reached; exiting with work unfinished"],
     )

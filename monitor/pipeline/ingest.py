@@ -107,8 +107,13 @@ class Ingest:
         return self._in_flight
 
     async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
-        """Take fetched messages; returns once they are dispatched (not necessarily processed)."""
+        """Take fetched messages; returns once they are dispatched (not necessarily processed).
+
+        The good traces are dispatched before the bad messages are dead-lettered, so a
+        dead-letter topic that does not answer holds up only the bad ones (and the commits).
+        """
         work: list[_Work] = []
+        bad: list[tuple[RawMessage, DecodeError]] = []
         otlp: list[tuple[RawMessage, OtlpFormat]] = []
         logs: list[tuple[RawMessage, OtlpFormat]] = []
         consumed: dict[str, int] = {}
@@ -117,36 +122,39 @@ class Ingest:
             consumed[msg.topic] = consumed.get(msg.topic, 0) + 1
             self._tracker.begin(msg.tp, msg.offset)
             item = await self._decode(msg, otlp, logs)
-            if item is not None:
+            if isinstance(item, DecodeError):
+                bad.append((msg, item))
+            elif item is not None:
                 work.append(item)
                 decoded += msg.topic not in self._assembled_topics
         for topic, count in consumed.items():
             self._metrics.messages_consumed.labels(topic).inc(count)
+        if work:
+            self._decoded_native.inc(decoded)
+            await self._dispatch(work)
         if otlp or logs:
             if self._otlp is None:
-                for msg, _ in otlp + logs:
-                    await self.reject(msg, DecodeError("otlp_undecodable", "OTLP input is off"))
+                off = DecodeError("otlp_undecodable", "OTLP input is off")
+                bad += [(msg, off) for msg, _ in otlp + logs]
             else:
                 if otlp:
                     await self._otlp.take(otlp)
                 if logs:
                     await self._otlp.take_logs(logs)
-        if work:
-            self._decoded_native.inc(decoded)
-            await self._dispatch(work)
+        for msg, error in bad:
+            await self.reject(msg, error)
 
     async def _decode(
         self,
         msg: RawMessage,
         otlp: list[tuple[RawMessage, OtlpFormat]],
         logs: list[tuple[RawMessage, OtlpFormat]],
-    ) -> _Work | None:
-        """A native trace ready to process; None when the message was rejected or is OTLP (then
-        added to `otlp`, or to `logs` for an OTLP/JSON logs export in the `auto` format)."""
+    ) -> _Work | DecodeError | None:
+        """A native trace ready to process; what is wrong with a message to dead-letter; None
+        when the message is OTLP (then added to `otlp`, or to `logs` for an OTLP/JSON logs
+        export in the `auto` format)."""
         if msg.value is not None and msg.value_size > self._max_bytes:
-            error = DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
-            await self.reject(msg, error)
-            return None
+            return DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
         fmt: InputFormat = self._format
         if msg.topic in self._assembled_topics:
             fmt = "native"
@@ -172,8 +180,7 @@ class Ingest:
                 msg.value_size, functools.partial(decode_native, msg.value, self._max_bytes)
             )
         except DecodeError as exc:
-            await self.reject(msg, exc)
-            return None
+            return exc
         return _Work(trace, (msg,), parent)
 
     async def tick(self) -> None:
