@@ -64,12 +64,23 @@ def _check_cut(letter: Any, original: bytes, topic: str, partition: int, offset:
     assert 0 < len(letter.value) < BROKER_DEFAULT_LIMIT
 
 
+@pytest.mark.parametrize(
+    ("configs", "compression"),
+    [(RAISED, None), (None, "gzip")],
+    ids=["topic-limit-raised", "compressed-batch-expands"],
+)
 def test_an_oversized_native_message_is_dead_lettered_cut_and_every_good_trace_is_scored(
-    kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path
+    kafka_broker: KafkaBroker,
+    topic_prefix: str,
+    tmp_path: Path,
+    configs: dict[str, str] | None,
+    compression: str | None,
 ) -> None:
+    """The message reaches the daemon over the limit either because its topic takes larger
+    messages, or because it was compressed under the topic's limit and expands past it."""
     bootstrap = kafka_broker.bootstrap
     topic, dlq, group = f"{topic_prefix}.in", f"{topic_prefix}.dlq", f"{topic_prefix}.group"
-    asyncio.run(create_topics(bootstrap, [topic], partitions=PARTITIONS, configs=RAISED))
+    asyncio.run(create_topics(bootstrap, [topic], partitions=PARTITIONS, configs=configs))
     asyncio.run(create_topics(bootstrap, [dlq, f"{topic_prefix}.results"]))  # default limit
     per_partition = 8
     good = [native_trace(n, conversation_id=None) for n in range(PARTITIONS * per_partition)]
@@ -79,7 +90,7 @@ def test_an_oversized_native_message_is_dead_lettered_cut_and_every_good_trace_i
     # the huge message first on partition 2: every good trace after it waits for it
     values.insert(0, huge)
     partitions.insert(0, 2)
-    asyncio.run(produce(bootstrap, topic, values, partitions=partitions))
+    asyncio.run(produce(bootstrap, topic, values, partitions=partitions, compression=compression))
     database = tmp_path / "results.db"
     daemon = DaemonProcess(
         {

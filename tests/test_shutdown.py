@@ -1,7 +1,8 @@
 """Work cut short by the shutdown deadline, or by a write refused for good, is never committed.
 
-Unit tests of the ingest stage with a processing stage that never finishes; the real process
-ending within its deadline is `tests/test_faults_shutdown.py`.
+Unit tests of the ingest stage with a processing stage that never finishes, and of the last
+guard of `rag-monitor run`; the real process ending within its deadline is
+`tests/test_faults_shutdown.py`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.structs import TopicPartition
@@ -24,6 +29,7 @@ from monitor.sources.offsets import OffsetTracker
 from tests.support.traces import native_trace
 
 TP = TopicPartition("in", 0)
+REPO = Path(__file__).resolve().parents[1]
 
 
 class Stage:
@@ -84,3 +90,23 @@ async def test_a_write_refused_for_good_stops_the_daemon_and_leaves_the_trace_un
     assert [r.setting for r in refused] == ["results.topic"]
     assert tracker.to_commit() == {TP: 1}
     assert letters.getvalue() == "", "a refused write is no fault of the trace's"
+
+
+def test_the_last_guard_ends_a_process_that_outlives_its_deadline() -> None:
+    """What `rag-monitor run` starts on SIGTERM: whatever still runs at the deadline (here the
+    main thread sleeping, like a close that hangs), the process ends, exit 130, saying why."""
+    code = (
+        "import time\n"
+        "from monitor.cli.daemon import _guard_deadline\n"
+        "_guard_deadline(0.5, 1.0)\n"
+        "time.sleep(30)\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 130
+    assert time.monotonic() - started < 10
+    assert (
+        "rag-monitor: shutdown deadline (1s) reached; exiting with work unfinished" in done.stderr
+    )
