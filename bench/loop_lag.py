@@ -55,6 +55,7 @@ from monitor.sources.assembly import Release
 from monitor.sources.native import decode_native
 from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken, split_offloaded
 from tests.support.otlp_big import wide_trace
+from tests.support.recorder import LetterRecorder
 from tests.support.traces import native_trace
 
 SENTENCE = "The warranty covers parts and labour for {n} months after the date of purchase. "
@@ -116,25 +117,10 @@ async def measure(trace: Trace, offload_chars: int) -> tuple[float, float]:
     return await longest_gap(lambda: processor.process(trace))
 
 
-class _Letters:
-    def __init__(self) -> None:
-        self.reasons: list[str] = []
-
-    async def send(
-        self,
-        msg: RawMessage,
-        reason: str,
-        error_class: str,
-        detail: str,
-        value: bytes | None = None,
-    ) -> None:
-        self.reasons.append(reason)
-
-
 async def assemble(messages: list[bytes], max_spans: int) -> str:
     """Exports through the OTLP stage's split, assembly and mapping; what became of them."""
     registry = CollectorRegistry()
-    letters = _Letters()
+    letters = LetterRecorder()
     mapped: list[Trace] = []
 
     async def output(items: list[tuple[Trace, Release[PartToken]]]) -> None:
@@ -163,7 +149,8 @@ async def assemble(messages: list[bytes], max_spans: int) -> str:
     await assembly.tick(10**6)
     if mapped:
         return "mapped"
-    return f"{len(letters.reasons)} {letters.reasons[0]}" if letters.reasons else "nothing"
+    reasons = [letter["reason"] for letter in letters.sent]
+    return f"{len(reasons)} {reasons[0]}" if reasons else "nothing"
 
 
 def exports(spans: int, per_export: int | None, attribute_chars: int = 0) -> list[bytes]:

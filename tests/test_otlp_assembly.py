@@ -27,29 +27,13 @@ from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken
 from tests.support.otlp_big import wide_trace
 from tests.support.otlp_spans import App, encode
 from tests.support.otlp_turns import langchain_turn
-
-
-class Letters:
-    """Dead letters as the sink receives them."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    async def send(
-        self,
-        msg: RawMessage,
-        reason: str,
-        error_class: str,
-        detail: str,
-        value: bytes | None = None,
-    ) -> None:
-        self.sent.append({"offset": msg.offset, "reason": reason, "detail": detail, "value": value})
+from tests.support.recorder import LetterRecorder
 
 
 class Rig:
     def __init__(self, scored_whole: set[str] | None = None, **kafka: Any) -> None:
         self.registry = CollectorRegistry()
-        self.letters = Letters()
+        self.letters = LetterRecorder()
         self.out: list[Trace] = []
         self.finished: list[int] = []
         whole = scored_whole

@@ -8,6 +8,7 @@ broker answer can be chosen; the same paths against the real broker are in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -83,10 +84,8 @@ def dead_letters(
 ) -> tuple[KafkaDeadLetters, FakeProducer]:
     sink = KafkaDeadLetters("dlq", {"bootstrap_servers": "127.0.0.1:1"}, max_message_bytes)
     fake = FakeProducer(answer)
-    sink._producer = fake
-    sink._retry = sink._retry.__class__(  # nothing waits between attempts
-        **{**sink._retry.__dict__, "sleep": _no_sleep}
-    )
+    sink.producer = fake
+    sink.retry = dataclasses.replace(sink.retry, sleep=_no_sleep)  # no waits
     return sink, fake
 
 
@@ -194,7 +193,7 @@ async def test_a_transient_failure_is_retried_until_acknowledged_and_reported_me
         return answers.pop(0)
 
     sink, fake = dead_letters(broker)
-    sink._retry = sink._retry.__class__(**{**sink._retry.__dict__, "failing": failing})
+    sink.retry = dataclasses.replace(sink.retry, failing=failing)
     await sink.send(message(b"poison"), "invalid_json", "DecodeError", "bad")
     assert len(fake.sent) == 3 and len(fake.acked) == 1
     assert seen == [None, "dead_letters", "dead_letters"], "failing while it retries"
@@ -237,7 +236,7 @@ async def test_a_result_too_large_for_the_results_topic_is_published_without_its
     fake = FakeProducer(
         lambda value, headers: MessageSizeTooLargeError() if len(value or b"") > 2_000 else None
     )
-    publisher._producer = fake
+    publisher.producer = fake
     await publisher.publish(_result(statements=3))
     await publisher.publish(_result(statements=100))
     first, second = (EvaluationResult.model_validate_json(v or b"") for _, _, v, _ in fake.acked)

@@ -8,19 +8,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
 import structlog
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from monitor.messages import RawMessage
-from monitor.retry import PRODUCE_BACKOFF, FailingCalls, RetryMetrics, RetryPolicy
-from monitor.sinks.produce import (
-    ProduceRejected,
-    classify,
-    fit_value,
-    producer_limits,
-    record_size,
-)
-from monitor.sinks.topics import require_topic
+from monitor.retry import FailingCalls, RetryMetrics
+from monitor.sinks.produce import TopicProducer, classify, fit_value, record_size
 
 log = structlog.get_logger(__name__)
 
@@ -84,7 +76,7 @@ class _Unfit(Exception):
         super().__init__(f"not even the dead letter's own headers fit in {limit} bytes")
 
 
-class KafkaDeadLetters:
+class KafkaDeadLetters(TopicProducer):
     """Produces dead letters to a topic with the original key, value and headers.
 
     The producer is sized from `kafka.max_message_bytes` (:func:`producer_limits`). A letter
@@ -107,31 +99,17 @@ class KafkaDeadLetters:
         retry_metrics: RetryMetrics | None = None,
         failing: FailingCalls | None = None,
     ) -> None:
-        self.topic = topic
-        limits = producer_limits(max_message_bytes)
-        self._producer = AIOKafkaProducer(acks="all", **limits, **producer_kwargs)
-        self._limit: int = limits["max_request_size"]
-        self._max_message_bytes = max_message_bytes
-        self._closed = False
-        self._retry = RetryPolicy(
+        super().__init__(
+            topic,
+            "kafka.dlq_topic",
             "dead_letters",
-            PRODUCE_BACKOFF,
-            retry_on=self._retryable,
-            metrics=retry_metrics,
-            failing=failing,
+            producer_kwargs,
+            max_message_bytes,
+            retry_metrics,
+            failing,
         )
-
-    async def start(self) -> None:
-        try:
-            await self._producer.start()
-            await require_topic(self._producer, self.topic, "kafka.dlq_topic")
-        except BaseException:
-            await self._producer.stop()  # nothing left open behind a failed start
-            raise
-
-    async def stop(self) -> None:
-        self._closed = True
-        await self._producer.stop()
+        self._limit = self.max_request_size
+        self._max_message_bytes = max_message_bytes
 
     async def send(
         self,
@@ -146,7 +124,7 @@ class KafkaDeadLetters:
         headers = dead_letter_headers(msg, reason, error_class, detail)
         headers.append((ORIGINAL_SIZE_HEADER, str(size).encode()))
         letter = _Letter(msg.key, payload, headers)
-        await self._retry.call(lambda: self._produce(letter), topic=self.topic)
+        await self.retry.call(lambda: self._produce(letter), topic=self.topic)
 
     async def _produce(self, letter: _Letter) -> None:
         """One attempt: cut smaller while the record is too large; raises what else fails."""
@@ -154,16 +132,14 @@ class KafkaDeadLetters:
             try:
                 key, value, headers = letter.within(self._limit)
             except _Unfit as exc:
-                raise ProduceRejected(self.topic, "kafka.dlq_topic", exc) from None
+                raise self.rejected(exc) from None
             try:
-                await self._producer.send_and_wait(
-                    self.topic, value=value, key=key, headers=headers
-                )
+                await self.producer.send_and_wait(self.topic, value=value, key=key, headers=headers)
                 return
             except KafkaError as exc:
                 kind = classify(exc)
                 if kind == "fatal":
-                    raise ProduceRejected(self.topic, "kafka.dlq_topic", exc) from exc
+                    raise self.rejected(exc) from exc
                 if kind == "transient":
                     raise
                 self._limit = self._smaller(self._limit, exc)
@@ -178,9 +154,6 @@ class KafkaDeadLetters:
             limit_bytes=smaller,
         )
         return smaller
-
-    def _retryable(self, exc: BaseException) -> bool:
-        return isinstance(exc, KafkaError) and classify(exc) == "transient" and not self._closed
 
 
 class StreamDeadLetters:

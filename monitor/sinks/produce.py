@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
     AuthenticationFailedError,
     AuthenticationMethodNotSupported,
@@ -53,10 +54,14 @@ from aiokafka.errors import (
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import size_of_varint
 
+from monitor.retry import PRODUCE_BACKOFF, FailingCalls, Operation, RetryMetrics, RetryPolicy
+from monitor.sinks.topics import require_topic
+
 __all__ = [
     "RECORD_OVERHEAD_BYTES",
     "FailureKind",
     "ProduceRejected",
+    "TopicProducer",
     "classify",
     "fit_value",
     "producer_limits",
@@ -149,3 +154,53 @@ def fit_value(key: bytes | None, value: bytes, headers: Headers, limit: int) -> 
     while keep > 0 and without_value + size_of_varint(keep) + keep > limit:
         keep -= 1  # a few steps at most: the length prefix is a varint of up to 5 bytes
     return value[:keep]
+
+
+class TopicProducer:
+    """An acks=all producer of one configured topic (`setting` names it), sized from
+    `kafka.max_message_bytes`, whose writes (`self.retry.call`) are retried while their failure
+    is transient and the producer is not stopped. `start` checks that the topic exists."""
+
+    def __init__(
+        self,
+        topic: str,
+        setting: str,
+        operation: Operation,
+        producer_kwargs: dict[str, Any],
+        max_message_bytes: int,
+        retry_metrics: RetryMetrics | None = None,
+        failing: FailingCalls | None = None,
+        **options: Any,
+    ) -> None:
+        self.topic = topic
+        self.setting = setting
+        self.max_request_size: int = producer_limits(max_message_bytes)["max_request_size"]
+        self.producer = AIOKafkaProducer(
+            acks="all", max_request_size=self.max_request_size, **options, **producer_kwargs
+        )
+        self._closed = False
+        self.retry = RetryPolicy(
+            operation,
+            PRODUCE_BACKOFF,
+            retry_on=self._retryable,
+            metrics=retry_metrics,
+            failing=failing,
+        )
+
+    async def start(self) -> None:
+        try:
+            await self.producer.start()
+            await require_topic(self.producer, self.topic, self.setting)
+        except BaseException:
+            await self.producer.stop()  # nothing left open behind a failed start
+            raise
+
+    async def stop(self) -> None:
+        self._closed = True
+        await self.producer.stop()
+
+    def rejected(self, cause: BaseException) -> ProduceRejected:
+        return ProduceRejected(self.topic, self.setting, cause)
+
+    def _retryable(self, exc: BaseException) -> bool:
+        return isinstance(exc, KafkaError) and classify(exc) == "transient" and not self._closed

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +28,14 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from monitor.sources.native import DecodeError as OtlpDecodeError
-from monitor.sources.otlp_wire import convert_id, json_document, members, parse_document
+from monitor.sources.otlp_wire import (
+    convert_id,
+    json_document,
+    length_delimited,
+    length_delimited_fields,
+    members,
+    parse_document,
+)
 
 __all__ = ["Rejected", "Salvaged", "encode_rejected", "salvage", "span_problem"]
 
@@ -82,7 +88,7 @@ def salvage(data: bytes, fmt: str) -> Salvaged | None:
         _JsonWalk(sorter).walk(document)
     else:
         try:
-            fields = list(_fields(data))
+            fields = list(length_delimited_fields(data))
         except ValueError:
             return None
         _ProtoWalk(sorter).walk(fields)
@@ -115,6 +121,32 @@ class _Sorter:
         scope_spans.scope.CopyFrom(scope)
         scope_spans.schema_url = scope_schema
         return len(self.request.resource_spans) - 1, 0
+
+    def place(
+        self, resource: ResourceSpans | str, scope: ScopeSpans | str
+    ) -> tuple[int, int] | str:
+        """Where the good spans of this resource and scope go, or what is wrong with them."""
+        if isinstance(resource, str):
+            return f"its resource: {resource}"
+        if isinstance(scope, str):
+            return f"its scope: {scope}"
+        return self.scope(resource.resource, resource.schema_url, scope.scope, scope.schema_url)
+
+    def span(
+        self,
+        place: tuple[int, int] | str,
+        span: Span | str,
+        trace_id: str | None,
+        where: str,
+        piece: Any,
+    ) -> None:
+        """A span parsed on its own (or what is wrong with it) under its resource and scope."""
+        if isinstance(place, str):
+            self.bad(trace_id, f"{where}: {place}", piece)
+        elif isinstance(span, str):
+            self.bad(trace_id, f"{where}: {span}", piece)
+        else:
+            self.good(place, span, piece)
 
     def good(self, where: tuple[int, int], span: Span, piece: Any) -> None:
         """A span that parsed: kept unless its ids are malformed or its trace is rejected."""
@@ -172,26 +204,12 @@ class _JsonWalk:
             self._sorter.bad(None, f"{where} is not an object", (head, scope_spans, None))
             return
         scope_head = {k: v for k, v in scope_spans.items() if k != "spans"}
-        scope = _parse_json(ScopeSpans(), scope_head)
-        place = None
-        if not isinstance(resource, str) and not isinstance(scope, str):
-            place = self._sorter.scope(
-                resource.resource, resource.schema_url, scope.scope, scope.schema_url
-            )
+        place = self._sorter.place(resource, _parse_json(ScopeSpans(), scope_head))
         for n, raw in enumerate(members(scope_spans, "spans")):
-            piece = (head, scope_head, raw)
-            trace_id = _json_trace_id(raw)
             prepared = _span_for_parsing(raw)
             span = prepared if isinstance(prepared, str) else _parse_json(Span(), prepared)
-            if isinstance(resource, str):
-                self._sorter.bad(trace_id, f"{where}: its resource: {resource}", piece)
-            elif isinstance(scope, str):
-                self._sorter.bad(trace_id, f"{where}: its scope: {scope}", piece)
-            elif isinstance(span, str):
-                self._sorter.bad(trace_id, f"{where}, span {n}: {span}", piece)
-            else:
-                assert place is not None
-                self._sorter.good(place, span, piece)
+            piece = (head, scope_head, raw)
+            self._sorter.span(place, span, _json_trace_id(raw), f"{where}, span {n}", piece)
 
 
 def _parse_json(message: Any, document: Any) -> Any:
@@ -267,72 +285,12 @@ def encode_json(pieces: list[Any]) -> bytes:
 # ------------------------------------------------------------------------------ protobuf
 
 
-WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(field number, payload) of the length-delimited fields of a protobuf message; other
-    fields are skipped. Raises ValueError when `data` is not protobuf wire format."""
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise ValueError("field number 0")
-        if wire == WIRE_VARINT:
-            _, pos = _varint(data, pos)
-        elif wire == WIRE_I64:
-            pos += 8
-        elif wire == WIRE_I32:
-            pos += 4
-        elif wire == WIRE_LEN:
-            size, pos = _varint(data, pos)
-            if pos + size > len(data):
-                raise ValueError("length past the end")
-            yield number, data[pos : pos + size]
-            pos += size
-        else:
-            raise ValueError(f"wire type {wire}")
-    if pos != len(data):
-        raise ValueError("truncated field")
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field on the wire."""
-    return _encode_varint(number << 3 | WIRE_LEN) + _encode_varint(len(payload)) + payload
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def encode_proto(pieces: list[Any]) -> bytes:
     """An export request of rejected pieces, their bytes as they came (resource, scope, span)."""
     out = bytearray()
     for resource_raw, scope_raw, span_raw in pieces:
-        scope = scope_raw + (_field(2, span_raw) if span_raw is not None else b"")
-        out += _field(1, resource_raw + _field(2, scope))
+        scope = scope_raw + (length_delimited(2, span_raw) if span_raw is not None else b"")
+        out += length_delimited(1, resource_raw + length_delimited(2, scope))
     return bytes(out)
 
 
@@ -347,11 +305,11 @@ def _split(payload: bytes, numbers: tuple[int, ...]) -> tuple[dict[int, list[byt
     """The fields `numbers` of a message, and the bytes of the others (kept as they are)."""
     found: dict[int, list[bytes]] = {n: [] for n in numbers}
     rest = bytearray()
-    for number, value in _fields(payload):
+    for number, value in length_delimited_fields(payload):
         if number in found:
             found[number].append(value)
         else:
-            rest += _field(number, value)
+            rest += length_delimited(number, value)
     return found, bytes(rest)
 
 
@@ -397,36 +355,23 @@ class _ProtoWalk:
     def _scope(self, head: Any, resource_raw: bytes, payload: bytes, where: str) -> None:
         whole = _parse_proto(ScopeSpans, payload)
         try:
-            spans_raw = [value for number, value in _fields(payload) if number == 2]
+            spans_raw = [value for number, value in length_delimited_fields(payload) if number == 2]
             _, scope_raw = _split(payload, (2,))
         except ValueError as exc:
             self._sorter.bad(None, f"{where}: {exc}", (resource_raw, payload, None))
             return
         scope = whole if not isinstance(whole, str) else _parse_proto(ScopeSpans, scope_raw)
-        place = None
-        if not isinstance(head, str) and not isinstance(scope, str):
-            place = self._sorter.scope(
-                head.resource, head.schema_url, scope.scope, scope.schema_url
-            )
+        place = self._sorter.place(head, scope)
         for n, span_raw in enumerate(spans_raw):
             piece = (resource_raw, scope_raw, span_raw)
             span = _parse_proto(Span, span_raw)
-            trace_id = _proto_trace_id(span_raw)
-            if isinstance(head, str):
-                self._sorter.bad(trace_id, f"{where}: its resource: {head}", piece)
-            elif isinstance(scope, str):
-                self._sorter.bad(trace_id, f"{where}: its scope: {scope}", piece)
-            elif isinstance(span, str):
-                self._sorter.bad(trace_id, f"{where}, span {n}: {span}", piece)
-            else:
-                assert place is not None
-                self._sorter.good(place, span, piece)
+            self._sorter.span(place, span, _proto_trace_id(span_raw), f"{where}, span {n}", piece)
 
 
 def _proto_trace_id(span_raw: bytes) -> str | None:
     """The trace id of a span on the wire (field 1, bytes: never UTF-8 checked), as hex."""
     try:
-        ids = [value for number, value in _fields(span_raw) if number == 1]
+        ids = [value for number, value in length_delimited_fields(span_raw) if number == 1]
     except ValueError:
         return None
     if len(ids) == 1 and len(ids[0]) == TRACE_ID_BYTES and any(ids[0]):
