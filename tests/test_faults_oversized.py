@@ -53,6 +53,7 @@ def _headers(record: Any) -> dict[str, str]:
 
 
 def _check_cut(letter: Any, original: bytes, topic: str, partition: int, offset: int) -> None:
+    print(f"\ndead letter: {len(original)} bytes cut to {len(letter.value)}")
     headers = _headers(letter)
     assert headers["ragmon.error.reason"] == "too_large"
     assert headers["ragmon.original.topic"] == topic
@@ -104,12 +105,15 @@ def test_an_oversized_native_message_is_dead_lettered_cut_and_every_good_trace_i
     try:
         daemon.start()
         daemon.wait_ready(90)
+        started = time.monotonic()
         wait_until(
             lambda: committed_to_end(bootstrap, group, topic),
             90,
             "every partition committed to its end",
             interval=0.5,
         )
+        print(f"\n{len(good)} good traces on {PARTITIONS} partitions drained in ", end="")
+        print(f"{time.monotonic() - started:.1f}s after /readyz")
         samples = daemon.metrics()
         assert daemon.ready()
         assert daemon.terminate() == 0, daemon.stderr_tail()
