@@ -23,7 +23,13 @@ import time
 from pathlib import Path
 
 import pytest
+from aiokafka.errors import TopicAuthorizationFailedError
+from prometheus_client import CollectorRegistry
 
+from monitor.command import ExitCode
+from monitor.daemon import Daemon, SourceSpec
+from monitor.messages import RawMessage
+from monitor.sinks.produce import ProduceRejected
 from tests.support.faults import (
     DaemonProcess,
     committed_to_end,
@@ -34,7 +40,8 @@ from tests.support.faults import (
 )
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import committed_offsets, create_topics, delete_topics, produce
-from tests.support.traces import native_trace
+from tests.support.recorder import SlowRecorder
+from tests.support.traces import daemon_settings, native_trace
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -105,3 +112,45 @@ def test_sigterm_ends_the_process_within_the_deadline_while_a_write_keeps_failin
     assert scored_before == {t["trace_id"] for t in before + after}, "the batch's good traces"
     stored = stored_by_evaluator(database)["heuristic"]
     assert stored == {t["trace_id"] for t in before + after}
+
+
+class RefusingDeadLetters:
+    """The dead-letter topic as a cluster that refuses this client for good (its ACLs)."""
+
+    async def send(
+        self,
+        msg: RawMessage,
+        reason: str,
+        error_class: str,
+        detail: str,
+        value: bytes | None = None,
+    ) -> None:
+        raise ProduceRejected("dlq", "kafka.dlq_topic", TopicAuthorizationFailedError())
+
+
+async def test_a_write_refused_for_good_stops_the_daemon_before_its_offset_is_committed(
+    kafka_broker: KafkaBroker, topic_prefix: str
+) -> None:
+    """A refusal no retry can cure (authorization) stops the daemon with exit 3, naming the
+    topic and its setting; the good traces before the poison message are processed and
+    committed, the poison message is not: the next run, once the ACLs are fixed, reads it."""
+    bootstrap = kafka_broker.bootstrap
+    topic, group = f"{topic_prefix}.in", f"{topic_prefix}.group"
+    await create_topics(bootstrap, [topic])
+    good = [native_trace(n, conversation_id=None) for n in range(3)]
+    values = [json.dumps(t).encode() for t in good] + [POISON]
+    await produce(bootstrap, topic, values, partition=0)
+    stage = SlowRecorder()
+    settings = daemon_settings(bootstrap, [topic], group, f"{topic_prefix}.dlq", format="native")
+    daemon = Daemon(
+        settings,
+        SourceSpec("kafka"),
+        processor=stage,
+        registry=CollectorRegistry(),
+        dead_letters=RefusingDeadLetters(),
+    )
+    code = await asyncio.wait_for(daemon.run(), 60)
+    assert code == ExitCode.UNAVAILABLE
+    assert daemon.failure is not None and "kafka.dlq_topic" in str(daemon.failure)
+    assert stage.finished == [t["trace_id"] for t in good]
+    assert (await committed_offsets(bootstrap, group))[(topic, 0)] == 3

@@ -196,18 +196,23 @@ async def dead_letter_release(
     """Dead-letter one trace: its spans in the input's format, under its first origin."""
     merged = merge_parts(list(release.parts))
     detail = f"trace {release.trace_id}: {error}"
-    value: bytes | None = merged
+    value: bytes | None = None
     if len(merged) > max_bytes:  # its JSON would be larger still: not worth the CPU
         detail += f" (its {len(merged)} bytes of spans exceed {max_bytes} and are not attached)"
-        value = None
     else:
-        try:
-            value = encode_request(merged, release.origin.fmt)
-        except Exception:  # undecodable parts cannot be re-encoded: keep them as they are
-            value = merged
+        value = await offload(
+            len(merged), functools.partial(_in_input_format, merged, release.origin.fmt)
+        )
     await dead_letter(
         sink, metrics, release.origin.origin, reason, type(error).__name__, detail, value
     )
+
+
+def _in_input_format(merged: bytes, fmt: OtlpFormat) -> bytes:
+    try:
+        return encode_request(merged, fmt)
+    except Exception:  # undecodable parts cannot be re-encoded: keep them as they are
+        return merged
 
 
 # ------------------------------------------------------------------------------ assembling
@@ -581,7 +586,9 @@ class SpanForwarder:
         in the input's format (the other traces of the message went on)."""
         record = refused.record
         trace_id = (record.key or b"").decode("ascii", "replace")
-        value = record.value if logs else encode_request(record.value, fmt)
+        value = record.value
+        if not logs:
+            value = await offload(len(value), functools.partial(encode_request, value, fmt))
         detail = (
             f"trace {trace_id}: its part of {len(record.value)} bytes is too large for the spans"
             f" topic ({type(refused.error).__name__})"
@@ -744,7 +751,11 @@ class KafkaOtlpStage:
         return bool(partitions & self._busy)
 
     async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
+        """Take fetched messages. The batch's bad input messages are dead-lettered after its
+        good ones are forwarded, so a dead-letter topic that does not answer holds up only
+        them (and the commits)."""
         now = time.monotonic()
+        bad: list[tuple[RawMessage, DecodeError]] = []
         raw: list[tuple[RawMessage, OtlpFormat]] = []
         logs: list[tuple[RawMessage, OtlpFormat]] = []
         native: list[tuple[RawMessage, Trace]] = []
@@ -760,9 +771,7 @@ class KafkaOtlpStage:
                 size = len(msg.value) if msg.value is not None else 0
                 if size > self._kafka.max_message_bytes:
                     limit = self._kafka.max_message_bytes
-                    await self._reject(
-                        msg, DecodeError("too_large", f"{size} bytes, limit {limit}")
-                    )
+                    bad.append((msg, DecodeError("too_large", f"{size} bytes, limit {limit}")))
                     continue
                 if msg.topic in self._logs_topics:
                     logs.append((msg, self._logs_format(msg)))
@@ -779,7 +788,7 @@ class KafkaOtlpStage:
                     try:
                         native.append((msg, await offload(msg.value_size, decode)))
                     except DecodeError as exc:
-                        await self._reject(msg, exc)
+                        bad.append((msg, exc))
                     continue
                 raw.append((msg, fmt))
             for topic, count in consumed.items():
@@ -791,6 +800,8 @@ class KafkaOtlpStage:
             if native:
                 self._decoded_native.inc(len(native))
                 await self.output.forward_native(native)
+            for msg, error in bad:
+                await self._reject(msg, error)
             await self.assembly.tick(now)
         finally:
             self._busy = set()
