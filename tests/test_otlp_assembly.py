@@ -159,3 +159,20 @@ async def test_shedding_logs_at_most_one_line_a_minute_with_counts() -> None:
     assert len(shed) == 1, "the first shed is logged at once, the rest wait for the minute"
     assert shed[0]["counts"] == {"pending_limit": 1}
     assert shed[0]["pending"] == 2 and shed[0]["log_level"] == "warning"
+
+
+async def test_spans_sent_again_do_not_count_twice_against_the_bound() -> None:
+    rig = Rig(otlp_max_spans_per_trace=50)
+    trace_id, request = wide_trace(45, seed=8)
+    spans = list(request.resource_spans[0].scope_spans[0].spans)
+    del request.resource_spans[0].scope_spans[0].spans[30:]
+    first = request.SerializeToString()
+    del request.resource_spans[0].scope_spans[0].spans[:]
+    request.resource_spans[0].scope_spans[0].spans.extend(spans[20:])  # 10 of them again
+    second = request.SerializeToString()
+    await rig.take(0, first)
+    await rig.take(1, first)  # the same part again (at-least-once)
+    await rig.take(2, second)  # 25 spans, 10 of them held already: 45 in all
+    await rig.assembly.tick(time.monotonic() + 120)
+    assert rig.letters.sent == []
+    assert [t.trace_id for t in rig.out] == [trace_id]

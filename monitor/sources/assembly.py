@@ -215,11 +215,11 @@ class TraceAssembler(Generic[T]):
             return "rejected"
         entry = self._entries.get(trace_id)
         shapes = tuple(shapes)
-        if self.max_spans is not None and not events:
-            held = len(entry.span_ids) if entry is not None else 0
-            if held + len(shapes) > self.max_spans:
-                self._reject(trace_id, entry, now)
-                return "rejected"
+        digest = hash(part)
+        new = entry is None or digest not in entry.part_hashes
+        if new and not events and self._too_many_spans(entry, shapes):
+            self._reject(trace_id, entry, now)
+            return "rejected"
         if entry is None:
             if trace_id in self._forgotten:
                 return "late"
@@ -228,8 +228,6 @@ class TraceAssembler(Generic[T]):
             self._pending[trace_id] = None
         elif entry.origin_is_event and not events:
             entry.origin, entry.origin_is_event = token, False  # provenance: the spans' message
-        digest = hash(part)
-        new = digest not in entry.part_hashes
         if not new and entry.released_at is not None:
             return "duplicate"
         entry.tokens.append(token)
@@ -248,6 +246,18 @@ class TraceAssembler(Generic[T]):
             self._ready.pop(trace_id, None)  # a new span names a parent not here yet
         self._enforce_bounds(now)
         return "held"
+
+    def _too_many_spans(self, entry: _Entry[T] | None, shapes: tuple[SpanShape, ...]) -> bool:
+        """Whether these spans would take the trace over `max_spans` (a span that came in an
+        earlier part too counts once)."""
+        if self.max_spans is None:
+            return False
+        held = len(entry.span_ids) if entry is not None else 0
+        if held + len(shapes) <= self.max_spans:
+            return False
+        if entry is None:
+            return True
+        return len(entry.span_ids.union(shape.span_id for shape in shapes)) > self.max_spans
 
     def take_rejected(self) -> list[Release[T]]:
         """What the traces rejected for their span count held (each one's parts and tokens)."""
