@@ -142,6 +142,15 @@ def _otlp_env(bootstrap: str, otlp: str, dlq: str, group: str, database: Path) -
     }
 
 
+def _otlp_topics(bootstrap: str, prefix: str) -> tuple[str, str, str]:
+    """An OTLP topic taking 16 MiB messages, dead-letter and results topics at the broker's
+    default limit; (OTLP topic, dead-letter topic, group)."""
+    otlp, dlq, group = f"{prefix}.otlp", f"{prefix}.dlq", f"{prefix}.group"
+    asyncio.run(create_topics(bootstrap, [otlp], partitions=PARTITIONS, configs=RAISED))
+    asyncio.run(create_topics(bootstrap, [dlq, f"{prefix}.results"]))
+    return otlp, dlq, group
+
+
 def _good_turns(count: int) -> tuple[list[bytes], set[str]]:
     app = App()
     start = time.time_ns()
@@ -153,9 +162,7 @@ def test_an_oversized_otlp_export_is_dead_lettered_cut_and_the_good_traces_are_s
     kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path
 ) -> None:
     bootstrap = kafka_broker.bootstrap
-    otlp, dlq, group = f"{topic_prefix}.otlp", f"{topic_prefix}.dlq", f"{topic_prefix}.group"
-    asyncio.run(create_topics(bootstrap, [otlp], partitions=PARTITIONS, configs=RAISED))
-    asyncio.run(create_topics(bootstrap, [dlq, f"{topic_prefix}.results"]))
+    otlp, dlq, group = _otlp_topics(bootstrap, topic_prefix)
     _, big = wide_trace(25_000, seed=5)
     huge = big.SerializeToString()
     assert len(huge) > 3 * 2**20
@@ -189,9 +196,7 @@ def test_a_trace_of_100000_spans_is_dead_lettered_and_health_answers_meanwhile(
     `too_many_spans` (too large to attach: the detail says so), never mapped; `/healthz`
     answers within the Helm probe's 3 s timeout throughout (before: 15-20 s without answer)."""
     bootstrap = kafka_broker.bootstrap
-    otlp, dlq, group = f"{topic_prefix}.otlp", f"{topic_prefix}.dlq", f"{topic_prefix}.group"
-    asyncio.run(create_topics(bootstrap, [otlp], partitions=PARTITIONS, configs=RAISED))
-    asyncio.run(create_topics(bootstrap, [dlq, f"{topic_prefix}.results"]))
+    otlp, dlq, group = _otlp_topics(bootstrap, topic_prefix)
     huge_id, big = wide_trace(100_000, seed=6)
     huge = big.SerializeToString()
     messages, good = _good_turns(PARTITIONS)
