@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
@@ -92,6 +93,7 @@ async def test_a_write_refused_for_good_stops_the_daemon_and_leaves_the_trace_un
     assert letters.getvalue() == "", "a refused write is no fault of the trace's"
 
 
+@pytest.mark.slow
 def test_the_last_guard_ends_a_process_that_outlives_its_deadline() -> None:
     """What `rag-monitor run` starts on SIGTERM: whatever still runs at the deadline (here the
     main thread sleeping, like a close that hangs), the process ends, exit 130, saying why."""
@@ -99,14 +101,14 @@ def test_the_last_guard_ends_a_process_that_outlives_its_deadline() -> None:
         "import time\n"
         "from monitor.cli.daemon import _guard_deadline\n"
         "_guard_deadline(0.5, 1.0)\n"
-        "time.sleep(30)\n"
+        "time.sleep(120)\n"
     )
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=20
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=90
     )
     assert done.returncode == 130
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60, "ended by the guard, not by the end of its sleep"
     assert (
         "rag-monitor: shutdown deadline (1s) reached; exiting with work unfinished" in done.stderr
     )
