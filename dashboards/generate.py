@@ -1654,8 +1654,11 @@ def operations() -> dict[str, Any]:
             [
                 target("sum(ragmon_ready)", "ready"),
                 target("count(ragmon_build_info)", "running"),
+                target("sum by (stage) (ragmon_stuck_partitions)", "stuck partitions ({{stage}})"),
             ],
             width=8,
+            description="Stuck partitions: the oldest unfinished message has not finished for "
+            "kafka.stuck_seconds (/readyz names them; alert RagmonStageStuck).",
         ),
     ]
     panels.append(row("Kafka"))

@@ -42,7 +42,8 @@ class ExitCode(IntEnum):
     COMPONENT_DIED = 4
     """`demo`: a part died while it ran."""
     FORCED = 130
-    """A second SIGTERM or Ctrl-C during shutdown."""
+    """A second SIGTERM or Ctrl-C during shutdown, or `run` still busy at the end of
+    `shutdown.deadline_seconds` (what was unfinished is read again by the next owner)."""
     BROKEN_PIPE = 141
     """Standard output was closed early (piped into `head`); 128 + SIGPIPE, as a shell reports
     any program that signal ends."""

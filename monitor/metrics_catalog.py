@@ -134,12 +134,14 @@ DEAD_LETTER_REASONS = (
     "empty_message",
     "otlp_undecodable",
     "otlp_unmappable",
+    "too_many_spans",
     "processing_error",
 )
 OK_ERROR = ("ok", "error")
 RetryOperation = Literal[
     "dead_letters",  # producing a dead letter (until acknowledged)
     "internal_topics",  # producing to the daemon's own topics (until acknowledged)
+    "results",  # producing to the results topic (until acknowledged)
     "store",  # the results store while its database is away (until it answers)
     "judge_chat",  # a judge chat call (bounded: judge.max_retries)
     "judge_embeddings",  # a judge embeddings request (bounded: judge.max_retries)
@@ -293,6 +295,16 @@ REBALANCES = _declare(
 )
 READY = _declare(
     MetricSpec("ragmon_ready", Gauge, "1 when the source is consuming (same as /readyz).")
+)
+STUCK_PARTITIONS = _declare(
+    MetricSpec(
+        "ragmon_stuck_partitions",
+        Gauge,
+        "Partitions of a stage whose lowest unfinished message has not finished for "
+        "kafka.stuck_seconds (the stage makes no progress there while it has work).",
+        ("stage",),
+        preset={"stage": ("scoring", "otlp")},
+    )
 )
 RETRIES = _declare(
     MetricSpec(

@@ -9,9 +9,8 @@ A trace that cannot be assembled or mapped is reported on the error stream as on
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
-from typing import IO, Literal, TypeVar
+from collections.abc import Sequence
+from typing import IO, Literal
 
 from monitor.config import Settings
 from monitor.messages import RawMessage
@@ -19,18 +18,12 @@ from monitor.models import Trace
 from monitor.sinks.metrics import Metrics
 from monitor.sources.assembly import Release
 from monitor.sources.native import DecodeError
+from monitor.sources.offsets import OffsetTracker
 from monitor.sources.otlp import detect_format
 from monitor.sources.otlp_logs import detect_logs_format
-from monitor.sources.otlp_stage import (
-    Assembly,
-    OtlpMetrics,
-    PartToken,
-    split_logs_or_reject,
-    split_or_reject,
-)
+from monitor.sources.otlp_stage import Assembly, LocalIntake, OtlpMetrics, PartToken
 
 LineKind = Literal["native", "otlp_spans", "otlp_logs"]
-P = TypeVar("P")  # a part of an export: spans or log records of one trace
 
 
 def line_kind(value: bytes) -> LineKind:
@@ -87,22 +80,13 @@ async def assemble_lines(
         finish=lambda _messages: None,
         awaits_events=any(kind == "otlp_logs" for _, kind in lines),
     )
-    now = time.monotonic()  # every line at once: nothing is released before the flush
-
-    async def take(
-        msg: RawMessage, parts: list[P] | DecodeError, add: Callable[[P, PartToken, float], None]
-    ) -> None:
-        if isinstance(parts, DecodeError):
-            await rejected.reject(msg, parts)
-            return
-        token = PartToken(msg, msg, "otlp_json")
-        for part in parts:
-            add(part, token, now)
-
-    for msg, kind in lines:
-        if kind == "otlp_logs":
-            await take(msg, split_logs_or_reject(msg, "otlp_json"), assembly.add_events)
-        else:
-            await take(msg, split_or_reject(msg, "otlp_json"), assembly.add)
+    # The file replay's own intake, so both take the same lines the same way; the offsets of
+    # this one-shot run are never committed, so its tracker only serves the intake.
+    tracker = OffsetTracker()
+    for msg, _ in lines:
+        tracker.begin(msg.tp, msg.offset)
+    intake = LocalIntake(assembly, tracker, metrics, rejected.reject, rejected)
+    await intake.take([(msg, "otlp_json") for msg, kind in lines if kind == "otlp_spans"])
+    await intake.take_logs([(msg, "otlp_json") for msg, kind in lines if kind == "otlp_logs"])
     await assembly.flush()
     return traces, len(rejected.lines)

@@ -235,6 +235,9 @@ def test_topics_create_makes_every_topic_with_its_partitions_and_retention(
     assert configs[spans]["retention.ms"] == configs[traces]["retention.ms"] == week
     assert configs[pipeline.otlp]["retention.ms"] == week
     assert configs[pipeline.dlq]["retention.ms"] == month
+    room = str(1_048_576 + 64 * 1024)  # kafka.max_message_bytes and what the daemon adds
+    for written in (pipeline.dlq, pipeline.results, spans, traces):
+        assert configs[written]["max.message.bytes"] == room, written
     again = pipeline.create_topics()
     assert "created" not in again and f"exists   {spans}  4 partitions" in again
 

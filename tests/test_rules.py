@@ -119,6 +119,7 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "RagmonConsumerLagGrowing",
         "RagmonNoEvaluations",
         "RagmonOtlpAssemblyShedding",
+        "RagmonStageStuck",
         "RagmonDaemonDown",
         "RagmonDaemonAbsent",
     }

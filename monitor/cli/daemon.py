@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,6 +77,8 @@ def handle(args: argparse.Namespace) -> ExitCode:
             " (RAGMON_KAFKA__BOOTSTRAP_SERVERS) and the kafka.security settings",
             ExitCode.UNAVAILABLE,
         )
+    if daemon.failure is not None:
+        return fail(str(daemon.failure), ExitCode.UNAVAILABLE)
     if source.kind == "file":
         print(replay_summary(daemon, source.path or "-"))
     return code
@@ -117,16 +121,39 @@ async def _serve(daemon: Daemon) -> ExitCode:
     loop = asyncio.get_running_loop()
     signals_seen = 0
 
-    def on_signal(signum: int) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        # A plain signal handler (not the loop's): it runs even while the loop is busy, so the
+        # deadline counts from the signal and the guard below starts at once.
         nonlocal signals_seen
         signals_seen += 1
         if signals_seen > 1:
-            log.warning("second signal; exiting at once", signal=signal.Signals(signum).name)
-            os._exit(ExitCode.FORCED)
-        daemon.request_stop()
+            _exit_now(f"second signal ({signal.Signals(signum).name}); exiting at once")
+        daemon.shutdown.start()  # the deadline counts from the signal
+        _guard_deadline(daemon.shutdown.guard_seconds, daemon.shutdown.deadline_seconds)
+        loop.call_soon_threadsafe(daemon.request_stop)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
+        signal.signal(signum, on_signal)
     code = await daemon.run()
     log.info("stopped", exit_code=int(code))
     return code
+
+
+def _guard_deadline(after_seconds: float, deadline_seconds: float) -> None:
+    """End the process when the shutdown deadline is about to pass, whatever still runs (a
+    close that hangs, a thread that does not return): the daemon's own deadlines should have
+    ended it before. Unfinished work is read again by the partitions' next owner."""
+    timer = threading.Timer(
+        after_seconds,
+        _exit_now,
+        [f"shutdown deadline ({deadline_seconds:g}s) reached; exiting with work unfinished"],
+    )
+    timer.daemon = True
+    timer.start()
+
+
+def _exit_now(why: str) -> None:
+    # Written straight to the file descriptor: a logger's lock may be held by the code this
+    # interrupts (a signal handler runs in the main thread).
+    os.write(sys.stderr.fileno(), f"{program_name()}: {why}\n".encode())
+    os._exit(ExitCode.FORCED)

@@ -15,8 +15,9 @@ for the file source.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -26,10 +27,12 @@ from opentelemetry.context import Context
 from monitor.config import InputFormat
 from monitor.messages import RawMessage
 from monitor.models import Trace
+from monitor.offload import offload
 from monitor.pipeline.conversation import turn_order_key
 from monitor.pipeline.stage import TraceProcessor
 from monitor.sinks.deadletter import DeadLetterSink
 from monitor.sinks.metrics import Metrics
+from monitor.sinks.produce import ProduceRejected
 from monitor.sources.assembly import Release
 from monitor.sources.native import DecodeError, decode_native
 from monitor.sources.offsets import OffsetTracker
@@ -66,12 +69,14 @@ class Ingest:
         otlp: OtlpIntake | None = None,
         assembled_topics: frozenset[str] = frozenset(),
         text_lines: bool = False,
+        on_fatal: Callable[[ProduceRejected], None] | None = None,
     ) -> None:
         """`otlp` takes OTLP messages (None: input is native only); `assembled_topics` hold
         native traces the OTLP stage assembled (never OTLP, already counted as decoded).
         `text_lines`: messages are lines of a text file (the file source), so with the `auto`
         format bytes that are not JSON are a native decoding error (invalid_utf8, invalid_json),
-        never OTLP protobuf."""
+        never OTLP protobuf. `on_fatal` hears of a write the cluster refuses for good (the trace
+        then stays unfinished, its offset uncommitted)."""
         self._format = input_format
         self._text_lines = text_lines
         self._max_bytes = max_message_bytes
@@ -90,6 +95,7 @@ class Ingest:
         # The last batch's work per conversation, which the next batch's work of it waits for.
         self._tails: dict[str, asyncio.Future[None]] = {}
         self._decoded_native = metrics.traces_decoded.labels("native")
+        self._on_fatal = on_fatal
 
     def attach_otlp(self, otlp: OtlpIntake) -> None:
         """Where OTLP messages go (set after construction: an in-process intake feeds back)."""
@@ -101,8 +107,13 @@ class Ingest:
         return self._in_flight
 
     async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
-        """Take fetched messages; returns once they are dispatched (not necessarily processed)."""
+        """Take fetched messages; returns once they are dispatched (not necessarily processed).
+
+        The good traces are dispatched before the bad messages are dead-lettered, so a
+        dead-letter topic that does not answer holds up only the bad ones (and the commits).
+        """
         work: list[_Work] = []
+        bad: list[tuple[RawMessage, DecodeError]] = []
         otlp: list[tuple[RawMessage, OtlpFormat]] = []
         logs: list[tuple[RawMessage, OtlpFormat]] = []
         consumed: dict[str, int] = {}
@@ -111,36 +122,39 @@ class Ingest:
             consumed[msg.topic] = consumed.get(msg.topic, 0) + 1
             self._tracker.begin(msg.tp, msg.offset)
             item = await self._decode(msg, otlp, logs)
-            if item is not None:
+            if isinstance(item, DecodeError):
+                bad.append((msg, item))
+            elif item is not None:
                 work.append(item)
                 decoded += msg.topic not in self._assembled_topics
         for topic, count in consumed.items():
             self._metrics.messages_consumed.labels(topic).inc(count)
+        if work:
+            self._decoded_native.inc(decoded)
+            await self._dispatch(work)
         if otlp or logs:
             if self._otlp is None:
-                for msg, _ in otlp + logs:
-                    await self.reject(msg, DecodeError("otlp_undecodable", "OTLP input is off"))
+                off = DecodeError("otlp_undecodable", "OTLP input is off")
+                bad += [(msg, off) for msg, _ in otlp + logs]
             else:
                 if otlp:
                     await self._otlp.take(otlp)
                 if logs:
                     await self._otlp.take_logs(logs)
-        if work:
-            self._decoded_native.inc(decoded)
-            await self._dispatch(work)
+        for msg, error in bad:
+            await self.reject(msg, error)
 
     async def _decode(
         self,
         msg: RawMessage,
         otlp: list[tuple[RawMessage, OtlpFormat]],
         logs: list[tuple[RawMessage, OtlpFormat]],
-    ) -> _Work | None:
-        """A native trace ready to process; None when the message was rejected or is OTLP (then
-        added to `otlp`, or to `logs` for an OTLP/JSON logs export in the `auto` format)."""
+    ) -> _Work | DecodeError | None:
+        """A native trace ready to process; what is wrong with a message to dead-letter; None
+        when the message is OTLP (then added to `otlp`, or to `logs` for an OTLP/JSON logs
+        export in the `auto` format)."""
         if msg.value is not None and msg.value_size > self._max_bytes:
-            error = DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
-            await self.reject(msg, error)
-            return None
+            return DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
         fmt: InputFormat = self._format
         if msg.topic in self._assembled_topics:
             fmt = "native"
@@ -162,10 +176,11 @@ class Ingest:
                 span.set_attribute("messaging.kafka.offset", msg.offset)
                 parent = otel_trace.set_span_in_context(span)
         try:
-            trace = decode_native(msg.value, self._max_bytes)
+            trace = await offload(
+                msg.value_size, functools.partial(decode_native, msg.value, self._max_bytes)
+            )
         except DecodeError as exc:
-            await self.reject(msg, exc)
-            return None
+            return exc
         return _Work(trace, (msg,), parent)
 
     async def tick(self) -> None:
@@ -247,10 +262,31 @@ class Ingest:
         self._capacity.set()
 
     async def _process(self, item: _Work) -> None:
+        """Process one trace and finish its messages, unless it was cancelled (shutdown) or a
+        write failed for good: then its offsets stay uncommitted, to be read again."""
         trace = item.trace
         structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         started = time.perf_counter()
         agent = self._metrics.agent_label(trace.agent)
+        try:
+            await self._process_or_dead_letter(item, agent)
+        except ProduceRejected as exc:
+            if self._on_fatal is None:
+                raise
+            self._on_fatal(exc)
+            return
+        finally:
+            elapsed = time.perf_counter() - started
+            exemplar = (
+                {"trace_id": trace.trace_id}
+                if len(trace.trace_id) <= MAX_EXEMPLAR_ID_CHARS
+                else None
+            )
+            self._metrics.processing_seconds.observe(elapsed, exemplar=exemplar)
+        self._finish(item.tokens)
+
+    async def _process_or_dead_letter(self, item: _Work, agent: str) -> None:
+        trace = item.trace
         try:
             if self._tracer is not None:
                 with self._tracer.start_as_current_span("rag-monitor process", context=item.parent):
@@ -258,6 +294,8 @@ class Ingest:
             else:
                 await self._processor.process(trace)
             self._metrics.traces_processed.labels(agent, "ok").inc()
+        except ProduceRejected:
+            raise
         except Exception as exc:
             log.exception("processing failed; dead-lettering the trace")
             self._metrics.traces_processed.labels(agent, "error").inc()
@@ -267,15 +305,6 @@ class Ingest:
                 await self._dead_letter(
                     token, "processing_error", type(exc).__name__, detail, value=value
                 )
-        finally:
-            elapsed = time.perf_counter() - started
-            exemplar = (
-                {"trace_id": trace.trace_id}
-                if len(trace.trace_id) <= MAX_EXEMPLAR_ID_CHARS
-                else None
-            )
-            self._metrics.processing_seconds.observe(elapsed, exemplar=exemplar)
-            self._finish(item.tokens)
 
     async def reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
         """Dead-letter a message that cannot be decoded (and finish it)."""

@@ -68,6 +68,12 @@ def incomplete(trace: Trace) -> bool:
     return (trace.metadata or {}).get(INCOMPLETE_FLAG) is True
 
 
+async def scored_whole(store: Store, evaluator: str, trace_id: str) -> bool:
+    """The store holds `evaluator`'s result of the whole trace (not of a fragment of it)."""
+    stored = await store.get_result(trace_id, evaluator)
+    return stored is not None and INCOMPLETE_FLAG not in stored.flags
+
+
 class SyncEvaluator(Protocol):
     name: str
 
@@ -180,8 +186,7 @@ class ScoringProcessor:
     async def _has_whole_result(self, trace: Trace) -> bool:
         if self._store is None:
             return False
-        stored = await self._store.get_result(trace.trace_id, self._tier0.name)
-        return stored is not None and INCOMPLETE_FLAG not in stored.flags
+        return await scored_whole(self._store, self._tier0.name, trace.trace_id)
 
     @staticmethod
     def _flagged(trace: Trace, result: EvaluationResult) -> EvaluationResult:

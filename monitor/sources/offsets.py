@@ -77,6 +77,16 @@ class OffsetTracker:
             return len(state.outstanding) if state else 0
         return sum(len(s.outstanding) for s in self._partitions.values())
 
+    def heads(self) -> dict[TopicPartition, int]:
+        """Per partition with unfinished messages, the lowest unfinished offset."""
+        heads: dict[TopicPartition, int] = {}
+        for tp, state in self._partitions.items():
+            if state.outstanding:
+                offset = state.committable()
+                if offset is not None:
+                    heads[tp] = offset
+        return heads
+
     def to_commit(self, partitions: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """Per partition, the lowest unfinished offset, where it moved since the last commit."""
         result: dict[TopicPartition, int] = {}

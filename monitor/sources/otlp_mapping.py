@@ -467,15 +467,20 @@ def _has_ancestor(
 
 
 def _depths(by_id: dict[str, SpanRecord]) -> dict[str, int]:
-    """Distance to the top of each span's chain within the set; cycles count as roots."""
+    """Distance to the top of each span's chain within the set. Raises OtlpMappingError when
+    parents form a cycle: no span of it can be the turn's top, so the trace is not mapped."""
     depths: dict[str, int] = {}
     for span_id in by_id:
         chain: list[str] = []
+        on_chain: set[str] = set()
         current: str | None = span_id
         while current is not None and current in by_id and current not in depths:
-            if current in chain:  # a cycle: treat where it closes as a root
-                break
+            if current in on_chain:
+                raise OtlpMappingError(
+                    "invalid_trace", f"span parents form a cycle (through span {current})"
+                )
             chain.append(current)
+            on_chain.add(current)
             current = by_id[current].parent_span_id
         base = depths[current] + 1 if current is not None and current in depths else 0
         for offset, node in enumerate(reversed(chain)):

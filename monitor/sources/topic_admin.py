@@ -27,8 +27,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
 
 from monitor.config import Settings, aiokafka_security_kwargs
+from monitor.sinks.produce import RECORD_OVERHEAD_BYTES
 from monitor.sinks.topics import MissingTopicError
-from monitor.sinks.writer import RECORD_OVERHEAD_BYTES
 
 TOPIC_ALREADY_EXISTS = 36
 VISIBLE_SECONDS = 15.0
@@ -70,6 +70,8 @@ def needed_topics(settings: Settings) -> list[TopicSpec]:
     """Every topic the configuration reads or writes, with how it should be made."""
     kafka = settings.kafka
     retention = {"retention.ms": str(kafka.retention_ms)}
+    # What the daemon writes may be as large as what it reads, plus what it adds (headers).
+    room = {"max.message.bytes": str(kafka.max_message_bytes + RECORD_OVERHEAD_BYTES)}
     specs = [
         TopicSpec(name, "kafka.topics", kafka.topic_partitions, "native traces", configs=retention)
         for name in kafka.topics
@@ -102,7 +104,7 @@ def needed_topics(settings: Settings) -> list[TopicSpec]:
             "kafka.dlq_topic",
             1,
             "dead letters",
-            configs={"retention.ms": str(kafka.dlq_retention_ms)},
+            configs={"retention.ms": str(kafka.dlq_retention_ms), **room},
         )
     )
     if settings.results.topic:
@@ -112,7 +114,7 @@ def needed_topics(settings: Settings) -> list[TopicSpec]:
                 "results.topic",
                 kafka.topic_partitions,
                 "evaluation results",
-                configs=retention,
+                configs={**retention, **room},
             )
         )
     return specs

@@ -559,6 +559,20 @@ and quantity as the alert, looked up when the alert fires (Prometheus's `query` 
         runbook_url: {{ printf "%s/RagmonOtlpAssemblyShedding.md" $base }}
 {{- end }}
 {{- end }}
+{{- with $a.stageStuck }}
+{{- if .enabled }}
+    - alert: RagmonStageStuck
+      expr: |-
+        ragmon_stuck_partitions > 0
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'The {{`{{ $labels.stage }}`}} stage of {{`{{ $labels.instance }}`}} is stuck with work'
+        description: 'On {{`{{ $value | printf "%.0f" }}`}} partitions of the {{`{{ $labels.stage }}`}} stage the oldest unfinished message has not finished for kafka.stuck_seconds (5 minutes by default) and {{ .for }} more: no offset after it is committed (a restart reads all of it again), and while a write keeps failing nothing more is scored there. The replica''s /readyz names the partitions and the write that keeps failing, if one does.'
+        runbook_url: {{ printf "%s/RagmonStageStuck.md" $base }}
+{{- end }}
+{{- end }}
 {{- with $a.daemonDown }}
 {{- if .enabled }}
 - name: ragmon-alerts-availability
