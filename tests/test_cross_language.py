@@ -194,6 +194,43 @@ def test_names_and_short_answers_stay_measured(answer: str) -> None:
     assert "cross_language" not in res.flags
 
 
+STORAGE_EN = (
+    "Standard storage costs 2 cents per gigabyte per month. "
+    "Archive storage costs 0.4 cents per gigabyte per month."
+)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # fastText's compressed model: Italian 0.60, English 0.20
+        "Standard storage costs 15 dollars per terabyte per day in Frankfurt.",
+        # Italian 0.46, English 0.35: below the confidence bound anyway
+        "Standard storage costs 2 cents per gigabyte per month.",
+    ],
+)
+def test_english_the_model_reads_as_italian_is_english_over_english_contexts(answer: str) -> None:
+    """The contexts' language still counts when the model gives it a fair share: the invented
+    answer is measured (and caught), never left unmeasured as cross_language."""
+    res = EV.evaluate(make_trace("How much does standard storage cost?", [STORAGE_EN], answer))
+    assert res.scores["support"].value is not None, res.scores["support"]
+    assert not {"cross_language", "unsupported_language", "language_mismatch"} & set(res.flags)
+
+
+def test_a_german_answer_is_still_another_language_over_english_contexts() -> None:
+    """The rule above does not hide a real change of language: German gives English under
+    0.05 (here over contexts the model tells as English)."""
+    res = EV.evaluate(
+        make_trace(
+            ASK_EN,
+            [WARRANTY_EN],
+            "Die Garantie gilt zwei Jahre ab dem Kaufdatum.",
+        )
+    )
+    assert res.scores["faithfulness"] == Score.unmeasured("cross_language")
+    assert "cross_language" in res.flags
+
+
 def test_every_sentence_of_a_mixed_script_answer_is_told_apart() -> None:
     """A Japanese answer with an English and a German sentence over Japanese contexts."""
     answer = (

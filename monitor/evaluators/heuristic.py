@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +24,7 @@ from monitor.evaluators.language import (
     UNKNOWN,
     ContextLanguages,
     identify,
+    identify_expecting,
     primary,
 )
 from monitor.evaluators.precision import average_precision
@@ -197,10 +198,14 @@ def _unmeasured_reason(
     return None
 
 
-def analysed_language(answer: str, contexts: ContextLanguages | None) -> str:
+def analysed_language(answer: str, contexts: ContextLanguages | None, question: str) -> str:
     """The language tier 0 would analyse the answer as: its own, or, when it is too short to
-    tell, that of the contexts when they are all in one; ``unknown`` otherwise."""
-    found = identify(answer)
+    tell, that of the contexts when they are all in one; ``unknown`` otherwise. The answer is
+    expected in its contexts' languages, or, when none of them can be told, its question's."""
+    expected: Collection[str] = contexts.first if contexts else ()
+    if not expected and (asked := identify(question)) != UNKNOWN:
+        expected = (asked,)
+    found = identify_expecting(answer, expected)
     if found == UNKNOWN and contexts is not None:
         return contexts.only() or UNKNOWN
     return found
@@ -301,7 +306,7 @@ class HeuristicEvaluator:
         other_language = not refusal and any(s.kind == "other_language" for s in statements)
         if other_language:
             flags.append(CROSS_LANGUAGE)
-        foreign = bool(answer) and unanalysed(analysed_language(answer, languages))
+        foreign = bool(answer) and unanalysed(analysed_language(answer, languages, trace.query))
         if foreign:
             flags.append(UNSUPPORTED_LANGUAGE)
         checkable = [] if refusal else [s for s in statements if s.checkable]
@@ -356,7 +361,7 @@ class HeuristicEvaluator:
             return None
         index = self._index(contexts, trace.query)
         languages = ContextLanguages([t for _, t in contexts])
-        if unanalysed(analysed_language(answer, languages)):
+        if unanalysed(analysed_language(answer, languages, trace.query)):
             return None
         statements = self.statements(answer, index, languages)
         if _is_refusal(statements):
@@ -449,7 +454,8 @@ class HeuristicEvaluator:
             return Score.unmeasured("empty_answer")
         if refusal:
             return Score.of(0.0)
-        asked, answered = identify(question), identify(answer)
+        asked = identify(question)
+        answered = identify_expecting(answer, () if asked == UNKNOWN else (asked,))
         if UNKNOWN not in (asked, answered) and asked != answered:
             return Score.unmeasured(CROSS_LANGUAGE)  # no shared words to compare
         if unanalysed(answered if answered != UNKNOWN else asked):
@@ -465,5 +471,5 @@ class HeuristicEvaluator:
         expected = identify(trace.query)
         if expected == UNKNOWN and trace.language:
             expected = primary(trace.language)
-        got = identify(answer)
+        got = identify_expecting(answer, () if expected == UNKNOWN else (expected,))
         return UNKNOWN not in (expected, got) and expected != got

@@ -38,6 +38,9 @@ ANALYSED: frozenset[str] = frozenset({"en", "ja"})
 
 MIN_CONFIDENCE = 0.5
 """The model's probability its best guess needs; below it the text is ``unknown``."""
+PLAUSIBLE = 0.1
+"""The probability at which a language the text is expected in (its contexts', its question's)
+still counts as the text's own (:func:`identify_expecting`)."""
 MIN_WORDS = 3
 """Words (runs of letters) that spaced text needs before its language is told."""
 MIN_HAN = 12
@@ -73,6 +76,7 @@ def load() -> None:
     _detector()
 
 
+@functools.lru_cache(maxsize=4096)
 def guesses(text: str) -> tuple[tuple[str, float], ...]:
     """The model's five likeliest languages for `text`, with their probabilities, best first."""
     flat = " ".join(text.split())  # the model reads one line
@@ -90,6 +94,24 @@ def identify(text: str) -> str:
     """The language `text` is written in, or ``"unknown"`` when there is too little to tell
     (see the module docstring); read from its first :data:`READ_CHARS` characters."""
     return _identify(text[:READ_CHARS])
+
+
+def identify_expecting(text: str, expected: Collection[str]) -> str:
+    """:func:`identify`, given the languages `text` is expected in (an answer: its contexts', or
+    its question's). Another language is told only when the model gives every expected one less
+    than :data:`PLAUSIBLE`: the compressed model reads some plain English as Italian ("Standard
+    storage costs 15 dollars per terabyte per day in Frankfurt.": Italian 0.60, English 0.20),
+    and calling such an answer another language would leave it unmeasured. A text in another
+    language gives the expected one almost nothing (German or French over English: under 0.05).
+    """
+    found = identify(text)
+    if found == UNKNOWN or found in expected or not expected:
+        return found
+    if _RE_CJK.search(text) and found == "ja":
+        return found  # settled by kana, not by the model
+    likely = dict(guesses(text[:READ_CHARS]))
+    plausible = [lang for lang in expected if likely.get(lang, 0.0) >= PLAUSIBLE]
+    return max(plausible, key=lambda lang: likely[lang]) if plausible else found
 
 
 # An answer is asked about several times per trace, and chunks recur; keyed by at most
@@ -175,7 +197,7 @@ class ContextLanguages:
 
     def outside(self, text: str) -> bool:
         """True when `text` is identified as a language no context is written in."""
-        found = identify(text)
+        found = identify_expecting(text, self.first)
         return found != UNKNOWN and not self.covers(found)
 
     def may_differ(self, answer: str) -> bool:
