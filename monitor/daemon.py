@@ -38,11 +38,13 @@ from monitor.pipeline.stage import TraceProcessor
 from monitor.retry import RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
+from monitor.sinks.conversations import ConversationStore
 from monitor.sinks.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.sinks.metrics import Metrics
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.store import Store, StoreGoldenSink
+from monitor.sinks.verdicts import StoredVerdicts
 from monitor.sinks.writer import TopicWriter
 from monitor.sources.file import read_lines
 from monitor.sources.kafka import KafkaSource, producer_kwargs
@@ -318,12 +320,11 @@ class Daemon:
             return self._processor_override, None
         stage = await build_scoring_stage(self.settings, self.metrics, stack, producer_kwargs)
         self.store, self.conversations = stage.store, stage.tracker
-        stack.push_async_callback(stage.tracker.flush)
         return stage.processor, stage
 
     async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.conversations is not None:
-            await self.conversations.forget_all()
+            self.conversations.forget_all()
 
     async def _on_otlp_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.otlp_stage is not None:
@@ -485,7 +486,9 @@ async def build_scoring_stage(
         stack.push_async_callback(store.close)
     publisher = None
     if producer_kwargs is not None and settings.results.topic:
-        publisher = ResultsPublisher(settings.results.topic, producer_kwargs)
+        publisher = ResultsPublisher(
+            settings.results.topic, producer_kwargs, RetryMetrics.of(metrics.registry)
+        )
         await publisher.start()
         stack.push_async_callback(publisher.stop)
     sampling = settings.sampling
@@ -503,12 +506,17 @@ async def build_scoring_stage(
         if settings.judge.backend == "ragas":
             judge = RagasEvaluator(settings.judge, judge_metrics, budget=sampler.budget)
         else:
-            judge = LLMJudge(settings.judge, judge_metrics, budget=sampler.budget)
+            judge = LLMJudge(
+                settings.judge,
+                judge_metrics,
+                budget=sampler.budget,
+                verdicts=StoredVerdicts(store) if store is not None else None,
+            )
         stack.push_async_callback(judge.aclose)
     tracker = ConversationTracker(
         settings.conversations,
         ConversationMetrics(metrics.registry, metrics.agent_label),
-        store=store,
+        store=ConversationStore(store) if store is not None else None,
         judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
     )
     processor = ScoringProcessor(
