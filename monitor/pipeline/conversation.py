@@ -46,7 +46,13 @@ from monitor.evaluators.constraints import check_constraint
 from monitor.evaluators.multiturn import drift_rate, hallucination_rate, turn_bucket
 from monitor.faults import check_owned, current_owner
 from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trace
-from monitor.sinks.conversations import ConversationStep, ConversationStore, StoredTrace, TurnRow
+from monitor.sinks.conversations import (
+    ConversationStep,
+    ConversationStore,
+    StoredTrace,
+    TraceIdConflict,
+    TurnRow,
+)
 from monitor.sinks.metrics import AgentLabels
 from monitor.sinks.store import StoredResult
 
@@ -329,7 +335,17 @@ class ConversationTracker:
         moved_rows: list[TurnRow] = []
         moved_results: list[StoredResult] = []
         if moved and self._store is not None:
-            for trace_id, found in (await self._store.traces(sorted(moved))).items():
+            new = trace.trace_id not in conv.stored_turns
+            found_traces = await self._store.traces(sorted({*moved, trace.trace_id}))
+            owner = found_traces.get(trace.trace_id, StoredTrace()).turn
+            if new and owner is not None and owner.conversation_id != turn.conversation_id:
+                # the step would fail on it: say so before anything of it is published
+                raise TraceIdConflict(
+                    f"trace {trace.trace_id!r} is already a turn of another conversation"
+                )
+            for trace_id, found in found_traces.items():
+                if trace_id not in moved:
+                    continue
                 correct = moved[trace_id]
                 if found.turn is not None and not (trace_id == trace.trace_id and row):
                     drift = _drift(correct, found.turn.detail.get("constraints", []))

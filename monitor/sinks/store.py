@@ -445,7 +445,11 @@ class Store:
         """Write the steps in one transaction, retried while the database is away. Steps with a
         key conflict fail alone (the rest are written without them); a batch the database
         refuses is written step by step, so a bad step fails only itself."""
-        pending = batch
+        contested = _contested(batch)
+        pending = [step for step in batch if id(step) not in contested]
+        for step in batch:
+            if id(step) in contested:
+                self._queue.insert(0, step)  # the next batch, after this one is written
         while pending:
             try:
                 await self._retrying(functools.partial(self._write_steps, pending))
@@ -491,9 +495,6 @@ class Store:
             live.append(step)
         if not live:
             return
-        conflicts = _conflicts_within(live)
-        if conflicts.steps:
-            raise conflicts
         try:
             async with self._engine.begin() as conn:
                 await self._write_rows(conn, live)
@@ -677,20 +678,20 @@ class Store:
         self.unavailable_since = self.unavailable_since or time.monotonic()
 
 
-def _conflicts_within(steps: Sequence[_Pending]) -> _Conflicts:
-    """Steps of one batch that guard the same key for different owners: the later ones lose
-    (the database would let the last one win)."""
+def _contested(steps: Sequence[_Pending]) -> set[int]:
+    """Steps of one batch that guard a key an earlier step of the batch guards for another
+    owner (ids): written after the others, one by one, so the database decides between them
+    (in one statement the last would simply win)."""
     owners: dict[tuple[str, tuple[Any, ...]], Any] = {}
-    conflicts = _Conflicts()
+    contested: set[int] = set()
     for step in steps:
         for upsert in step.upserts:
             if upsert.owner is None:
                 continue
             where = (upsert.table.name, upsert.key)
-            owner = owners.setdefault(where, upsert.row[upsert.owner])
-            if owner != upsert.row[upsert.owner]:
-                conflicts.steps[id(step)] = KeyConflict(upsert.table.name, upsert.key)
-    return conflicts
+            if owners.setdefault(where, upsert.row[upsert.owner]) != upsert.row[upsert.owner]:
+                contested.add(id(step))
+    return contested
 
 
 def _metric_value(dialect: str, metric: str) -> ColumnElement[Any]:

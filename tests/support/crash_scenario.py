@@ -24,6 +24,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -278,7 +279,17 @@ class Scenario:
                     replica.ensure_stopped()
             calls = [_judge_call(r) for r in judge.requests if not r.embedding]
         outcome.produced = producer.acked_count
-        self._count(outcome, producer.acked, calls)
+        tally(
+            outcome,
+            self.traces,
+            producer.acked,
+            store_url=self.store_url,
+            bootstrap=self.bootstrap,
+            results_topic=self.results,
+            dlq=self.dlq,
+            sampling_rate=plan.sampling_rate,
+            calls=calls,
+        )
         outcome.seconds = time.monotonic() - began
         return outcome
 
@@ -318,69 +329,85 @@ class Scenario:
 
     # ------------------------------------------------------------------------------ counting
 
-    def _count(self, outcome: Outcome, acked: set[str], calls: list[JudgeCall]) -> None:
-        produced = {t["trace_id"]: t for t in self.traces if t["trace_id"] in acked}
-        expected = expected_turns(list(produced.values()))
-        turns, results = asyncio.run(_read_store(self.store_url))
-        by_evaluator: dict[str, dict[str, EvaluationResult]] = {}
-        for trace_id, evaluator, turn, document in results:
-            result = EvaluationResult.model_validate_json(document)
-            by_evaluator.setdefault(evaluator, {})[trace_id] = result
-            if trace_id not in produced:
-                outcome.extra += 1
-            elif turn != expected[trace_id] or result.turn != expected[trace_id]:
-                outcome.results_wrong_turn += 1
-        tier0 = by_evaluator.get("heuristic", {})
-        llm = by_evaluator.get("llm", {})
-        outcome.stored_heuristic, outcome.stored_llm = len(tier0), len(llm)
-        outcome.lost = len(set(produced) - set(tier0))
-        sampler = Sampler(SamplingConfig(rate=self.plan.sampling_rate, queue_size=100000))
+
+def tally(
+    outcome: Outcome,
+    traces: list[dict[str, Any]],
+    acked: set[str],
+    *,
+    store_url: str,
+    bootstrap: str,
+    results_topic: str,
+    dlq: str,
+    sampling_rate: float | None,
+    calls: Sequence[JudgeCall] = (),
+) -> None:
+    """Fill `outcome` from what the store, the results topic and the dead-letter topic hold
+    after `traces` (those `acked` by the broker) went through; `sampling_rate` None: no judge."""
+    produced = {t["trace_id"]: t for t in traces if t["trace_id"] in acked}
+    expected = expected_turns(list(produced.values()))
+    turns, rows = asyncio.run(_read_store(store_url))
+    by_evaluator: dict[str, dict[str, EvaluationResult]] = {}
+    for trace_id, evaluator, turn, document in rows:
+        result = EvaluationResult.model_validate_json(document)
+        by_evaluator.setdefault(evaluator, {})[trace_id] = result
+        if trace_id not in produced:
+            outcome.extra += 1
+        elif turn != expected[trace_id] or result.turn != expected[trace_id]:
+            outcome.results_wrong_turn += 1
+    tier0 = by_evaluator.get("heuristic", {})
+    llm = by_evaluator.get("llm", {})
+    outcome.stored_heuristic, outcome.stored_llm = len(tier0), len(llm)
+    outcome.lost = len(set(produced) - set(tier0))
+    sampled: set[str] = set()
+    if sampling_rate is not None:
+        sampler = Sampler(SamplingConfig(rate=sampling_rate, queue_size=100000))
         sampled = {
             trace_id
             for trace_id, trace in produced.items()
             if trace_id in tier0
             and sampler.decide(Trace.model_validate(trace), tier0[trace_id]) != "skipped"
         }
-        outcome.sampled = len(sampled)
-        outcome.llm_missing = len(sampled - set(llm))
-        outcome.llm_unexpected = len(set(llm) - sampled)
+    outcome.sampled = len(sampled)
+    outcome.llm_missing = len(sampled - set(llm))
+    outcome.llm_unexpected = len(set(llm) - sampled)
 
-        rows_per_trace: Counter[str] = Counter()
-        for trace_id, turn in turns:
-            rows_per_trace[trace_id] += 1
-            if trace_id in expected and turn != expected[trace_id]:
-                outcome.turn_rows_wrong += 1
-        outcome.turn_rows_missing = sum(1 for t in produced if t not in rows_per_trace)
-        outcome.turn_rows_extra = sum(n - 1 for n in rows_per_trace.values() if n > 1)
+    rows_per_trace: Counter[str] = Counter()
+    for trace_id, turn in turns:
+        rows_per_trace[trace_id] += 1
+        if trace_id in expected and turn != expected[trace_id]:
+            outcome.turn_rows_wrong += 1
+    outcome.turn_rows_missing = sum(1 for t in produced if t not in rows_per_trace)
+    outcome.turn_rows_extra = sum(n - 1 for n in rows_per_trace.values() if n > 1)
 
-        last: dict[tuple[str, str], dict[str, Any]] = {}
-        count: Counter[tuple[str, str]] = Counter()
-        records = topic_records(self.bootstrap, self.results)
-        for record in sorted(records, key=lambda r: (r.partition, r.offset)):
-            value = json.loads(record.value)
-            key = (value["trace_id"], value["evaluator"])
-            last[key] = value
-            count[key] += 1
-        outcome.published_records = sum(count.values())
-        outcome.published_keys = len(count)
-        stored_keys = {(t, e) for e, by_trace in by_evaluator.items() for t in by_trace}
-        outcome.published_missing = len(stored_keys - set(last))
-        outcome.published_wrong_turn = sum(
-            1 for (trace_id, _), value in last.items() if value["turn"] != expected.get(trace_id)
-        )
-        outcome.dead_letters = end_total(self.bootstrap, self.dlq)
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    count: Counter[tuple[str, str]] = Counter()
+    records = topic_records(bootstrap, results_topic)
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        value = json.loads(record.value)
+        key = (value["trace_id"], value["evaluator"])
+        last[key] = value
+        count[key] += 1
+    outcome.published_records = sum(count.values())
+    outcome.published_keys = len(count)
+    stored_keys = {(t, e) for e, by_trace in by_evaluator.items() for t in by_trace}
+    outcome.published_missing = len(stored_keys - set(last))
+    outcome.published_wrong_turn = sum(
+        1 for (trace_id, _), value in last.items() if value["turn"] != expected.get(trace_id)
+    )
+    outcome.dead_letters = end_total(bootstrap, dlq)
 
-        questions = {t["query"]: trace_id for trace_id, t in produced.items()}
-        asked: dict[tuple[str, str], list[str]] = {}
-        for call in calls:
-            if call.task in TASKS and call.question in questions:
-                outcome.judge_calls[call.task] += 1
-                asked.setdefault((call.task, call.question), []).append(call.process)
-        for task in TASKS:
-            outcome.judge_expected[task] = len(sampled)
-        for (task, _), processes in asked.items():
-            outcome.judge_repeats[task] += len(processes) - 1
-            outcome.judge_repeats_same_process[task] += len(processes) - len(set(processes))
+    questions = {t["query"]: trace_id for trace_id, t in produced.items()}
+    asked: dict[tuple[str, str], list[str]] = {}
+    for call in calls:
+        if call.task in TASKS and call.question in questions:
+            outcome.judge_calls[call.task] += 1
+            asked.setdefault((call.task, call.question), []).append(call.process)
+    for task in TASKS if sampling_rate is not None else ():
+        outcome.judge_expected[task] = len(sampled)
+    for (task, _), processes in asked.items():
+        outcome.judge_repeats[task] += len(processes) - 1
+        outcome.judge_repeats_same_process[task] += len(processes) - len(set(processes))
 
 
 def _judge_call(request: Received) -> JudgeCall:
