@@ -84,6 +84,14 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="traces produced per second")
     parser.add_argument("--kills", type=int, default=2)
     parser.add_argument("--sampling-rate", type=float, default=0.3)
+    parser.add_argument(
+        "--judge-delay",
+        type=float,
+        nargs=2,
+        default=(0.02, 0.08),
+        metavar=("MIN", "MAX"),
+        help="seconds the scripted judge takes per call (uniform)",
+    )
     parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--seed", type=int, help="of the first run (default: random)")
     args = parser.parse_args()
@@ -95,6 +103,7 @@ def main() -> int:
             rate=args.rate,
             kills=args.kills,
             sampling_rate=args.sampling_rate,
+            judge_delay=(args.judge_delay[0], args.judge_delay[1]),
             seed=first_seed + k,
         )
         for k in range(args.runs)

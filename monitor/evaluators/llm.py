@@ -46,7 +46,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -176,6 +176,7 @@ class LLMJudge:
         )
         self._clock = clock
         self.verdicts = verdicts  # this trace's verdicts, kept across restarts
+        self._flights: dict[str, asyncio.Future[Any]] = {}  # calls out, by durable key
 
     @property
     def client(self) -> JudgeClient:
@@ -223,9 +224,33 @@ class LLMJudge:
             return None  # written by another version: ask again
 
     async def evaluate(self, trace: Trace) -> EvaluationResult:
-        started = self._clock()
         inp, textless, key = self._input(trace)
         durable_key = self._durable_key(trace, key)
+        result = await self._once(
+            durable_key, lambda: self._evaluate(trace, inp, textless, key, durable_key)
+        )
+        return result.model_copy(update=_ids(trace))
+
+    async def _once(self, key: str, work: Callable[[], Awaitable[_M]]) -> _M:
+        """`work` once per key at a time. A trace read again while its first processing's call
+        is still out (its partition moved away and back) waits for that call instead of asking
+        again; the call runs on even when its caller gives up, so its verdict is kept."""
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = self._flights[key] = asyncio.ensure_future(work())
+            flight.add_done_callback(lambda done: self._landed(key, done))
+        result: _M = await asyncio.shield(flight)
+        return result
+
+    def _landed(self, key: str, flight: asyncio.Future[Any]) -> None:
+        self._flights.pop(key, None)
+        if not flight.cancelled() and flight.exception() is not None:
+            log.warning("judge call failed", error=type(flight.exception()).__name__)
+
+    async def _evaluate(
+        self, trace: Trace, inp: JudgeInput, textless: bool, key: str, durable_key: str
+    ) -> EvaluationResult:
+        started = self._clock()
         kept = await self._durable(durable_key, EvaluationResult)
         if kept is not None:  # this trace's verdict, given before a crash or a rebalance
             self.metrics.cache(True)
@@ -412,8 +437,19 @@ class LLMJudge:
         ids of constraints it withdraws, and outcome scores 0-10 (relevance, answer_quality,
         instruction_following, coherence). On failure everything is unmeasured with the reason.
         """
-        started = self._clock()
         durable_key = self.turn_key(trace)
+        return await self._once(
+            durable_key, lambda: self._judge_turn(trace, constraints, history, durable_key)
+        )
+
+    async def _judge_turn(
+        self,
+        trace: Trace,
+        constraints: list[Constraint],
+        history: list[tuple[str, str]],
+        durable_key: str,
+    ) -> TurnJudgement:
+        started = self._clock()
         kept = await self._durable(durable_key, TurnJudgement)
         if kept is not None:
             return kept

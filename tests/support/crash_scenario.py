@@ -64,6 +64,7 @@ class Plan:
     seed: int = 0
     judge_delay: tuple[float, float] = (0.02, 0.08)
     judge_concurrency: int = 8
+    commit_seconds: float = 5.0  # the daemon's default: a kill re-delivers up to 5 s of traces
 
     @property
     def judge_repeat_bound(self) -> int:
@@ -298,7 +299,13 @@ class Scenario:
     def _replica(self, name: str, judge_url: str) -> DaemonProcess:
         return DaemonProcess(
             {
-                **kafka_env(self.bootstrap, self.topic, self.group, self.dlq),
+                **kafka_env(
+                    self.bootstrap,
+                    self.topic,
+                    self.group,
+                    self.dlq,
+                    commit_interval=str(self.plan.commit_seconds),
+                ),
                 # A killed member holds its partitions until its session expires: keep it short.
                 "RAGMON_KAFKA__SESSION_TIMEOUT_MS": "5000",
                 "RAGMON_KAFKA__HEARTBEAT_INTERVAL_MS": "1000",
