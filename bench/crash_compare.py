@@ -63,7 +63,17 @@ def postgres_database() -> Iterator[str]:
         asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-def run_once(bootstrap: str, workdir: Path, plan: Plan, store: str) -> Outcome:
+def run_once(bootstrap: str, workdir: Path, plan: Plan, store: str) -> Outcome | None:
+    """One run; None (printed) when it could not be counted: a replica that would not stop
+    cleanly, offsets never committed."""
+    try:
+        return _run(bootstrap, workdir, plan, store)
+    except (AssertionError, OSError) as exc:
+        print(f"seed {plan.seed}: the run failed: {exc}", flush=True)
+        return None
+
+
+def _run(bootstrap: str, workdir: Path, plan: Plan, store: str) -> Outcome:
     prefix = f"crash{uuid.uuid4().hex[:8]}"
     logdir = workdir / prefix
     logdir.mkdir()
@@ -94,6 +104,7 @@ def main() -> int:
     )
     parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--seed", type=int, help="of the first run (default: random)")
+    parser.add_argument("--logs", type=Path, help="keep the replicas' logs here (default: not)")
     args = parser.parse_args()
     first_seed = args.seed if args.seed is not None else random.randrange(1_000_000)
     plans = [
@@ -108,9 +119,10 @@ def main() -> int:
         )
         for k in range(args.runs)
     ]
-    outcomes = []
+    outcomes: list[Outcome | None] = []
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
+        workdir = args.logs or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         if args.bootstrap:
             outcomes = [run_once(args.bootstrap, workdir, p, args.store) for p in plans]
         else:
@@ -119,11 +131,13 @@ def main() -> int:
             with KafkaBroker(workdir / "kafka") as broker:
                 for plan in plans:
                     outcomes.append(run_once(broker.bootstrap, workdir, plan, args.store))
-                    print(outcomes[-1].summary(), flush=True)
+                    if outcomes[-1] is not None:
+                        print(outcomes[-1].summary(), flush=True)
     if args.bootstrap:
         for outcome in outcomes:
-            print(outcome.summary())
-    exact = sum(o.exact for o in outcomes)
+            if outcome is not None:
+                print(outcome.summary())
+    exact = sum(o is not None and o.exact for o in outcomes)
     print(f"{exact} of {len(outcomes)} runs exact ({args.store} store, {args.kills} kills)")
     return 0 if exact == len(outcomes) else 1
 
