@@ -31,11 +31,10 @@ from tests.support.crash_scenario import Outcome, Plan, conversation_traces, tal
 from tests.support.faults import (
     DaemonProcess,
     SteadyProducer,
-    committed_total,
-    end_total,
     env_int,
     kafka_env,
     metric_value,
+    wait_committed,
     wait_until,
 )
 from tests.support.kafka_broker import KafkaBroker
@@ -133,12 +132,7 @@ def test_postgres_stopped_fast_restarted_and_stopped_immediate_loses_and_misnumb
             moments["back"] = time.monotonic()
             wait_until(lambda: producer.acked_count >= total, 60, "every trace produced")
             producer.stop()
-            wait_until(
-                lambda: committed_total(bootstrap, group) >= end_total(bootstrap, topic),
-                120,
-                "every offset committed",
-                interval=1.0,
-            )
+            wait_committed(bootstrap, group, topic, 120, "every offset committed")
             wait_until(daemon.ready, 30, "/readyz 200 again")
         samples = daemon.metrics()
         assert daemon.alive, "the daemon exited while the database was away"

@@ -39,10 +39,10 @@ from monitor.models import EvaluationResult, Trace
 from tests.support.faults import (
     DaemonProcess,
     SteadyProducer,
-    committed_total,
     end_total,
     kafka_env,
     topic_records,
+    wait_committed,
     wait_until,
 )
 from tests.support.kafka_io import create_topics
@@ -261,14 +261,8 @@ class Scenario:
                     interval=0.5,
                 )
                 producer.stop(timeout=120)
-                wait_until(
-                    lambda: (
-                        committed_total(self.bootstrap, self.group)
-                        >= end_total(self.bootstrap, self.topic)
-                    ),
-                    240,
-                    "both replicas to commit every offset",
-                    interval=1.0,
+                wait_committed(
+                    self.bootstrap, self.group, self.topic, 240, "every offset committed"
                 )
                 outcome.renumbered = sum(
                     r.value("ragmon_conversation_turns_renumbered_total") for r in replicas
