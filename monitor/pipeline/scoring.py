@@ -265,9 +265,11 @@ class ScoringProcessor:
             await self._publish_all(await self._stored_of(trace.trace_id))
             raise
         except Exception:
-            self._metrics.store_writes.labels("error").inc()
+            if self._store is not None:
+                self._metrics.store_writes.labels("error").inc()
             raise
-        self._metrics.store_writes.labels("unchanged" if unchanged else "ok").inc()
+        if self._store is not None:
+            self._metrics.store_writes.labels("unchanged" if unchanged else "ok").inc()
         return result
 
     def _stored(self, trace: Trace, result: EvaluationResult) -> StoredResult:

@@ -459,6 +459,10 @@ class Store:
                         step.fail(conflicts.steps[id(step)])
                 pending = [p for p in pending if not p.done.done()]
                 continue
+            except ServiceFault as exc:  # the store closed while the database was away
+                for step in pending:
+                    step.fail(exc)
+                return
             except Exception as exc:
                 if len(pending) > 1:
                     log.warning("store rejected a batch", error=type(exc).__name__, rows=len(batch))
