@@ -151,7 +151,9 @@ class ScoringProcessor:
                         await self._emit(trace, self._flagged(trace, judged), turn, count)
             finally:
                 if judging is not None and not judging.done():
-                    judging.cancel()  # the trace failed: its verdict would be dropped anyway
+                    judging.cancel()  # the trace failed: its verdict is kept by the judge
+                elif judging is not None and not judging.cancelled():
+                    judging.exception()  # retrieved: the trace's own failure is what counts
 
     @asynccontextmanager
     async def _turn(self, trace: Trace) -> AsyncIterator[Turn | None]:
