@@ -43,12 +43,14 @@ from monitor.retry import FailingCalls, RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
 from monitor.shutdown import PRODUCER_CLOSE_SECONDS, Close, ShutdownClock
+from monitor.sinks.conversations import ConversationStore
 from monitor.sinks.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.sinks.metrics import Metrics
 from monitor.sinks.produce import ProduceRejected
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.store import Store, StoreGoldenSink
+from monitor.sinks.verdicts import StoredVerdicts
 from monitor.sinks.writer import TopicWriter
 from monitor.sources.file import read_lines
 from monitor.sources.kafka import KafkaSource, producer_kwargs
@@ -382,7 +384,6 @@ class Daemon:
             shutdown=self.shutdown,
         )
         self.store, self.conversations = stage.store, stage.tracker
-        stack.push_async_callback(self.shutdown.bounded("conversations", stage.tracker.flush))
         return stage.processor, stage
 
     def _scored_whole(self) -> ScoredWhole | None:
@@ -393,7 +394,7 @@ class Daemon:
 
     async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.conversations is not None:
-            await self.conversations.forget_all()
+            self.conversations.forget_all()
 
     async def _on_otlp_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.otlp_stage is not None:
@@ -625,7 +626,12 @@ async def build_scoring_stage(
         if settings.judge.backend == "ragas":
             judge = RagasEvaluator(settings.judge, judge_metrics, budget=sampler.budget)
         else:
-            judge = LLMJudge(settings.judge, judge_metrics, budget=sampler.budget)
+            judge = LLMJudge(
+                settings.judge,
+                judge_metrics,
+                budget=sampler.budget,
+                verdicts=StoredVerdicts(store) if store is not None else None,
+            )
         stack.push_async_callback(closing("judge", judge.aclose))
     conversation_metrics = ConversationMetrics(metrics.registry, metrics.agent_label)
     estimates = None
@@ -634,7 +640,7 @@ async def build_scoring_stage(
     tracker = ConversationTracker(
         settings.conversations,
         conversation_metrics,
-        store=store,
+        store=ConversationStore(store) if store is not None else None,
         judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
     )
     processor = ScoringProcessor(

@@ -136,8 +136,11 @@ DEAD_LETTER_REASONS = (
     "otlp_unmappable",
     "too_many_spans",
     "processing_error",
+    "trace_id_conflict",
+    "store_rejected",
 )
 OK_ERROR = ("ok", "error")
+WRITE_OUTCOMES = ("ok", "error", "unchanged")
 RetryOperation = Literal[
     "dead_letters",  # producing a dead letter (until acknowledged)
     "internal_topics",  # producing to the daemon's own topics (until acknowledged)
@@ -493,18 +496,18 @@ RESULTS_PUBLISHED = _declare(
     MetricSpec(
         "ragmon_results_published_total",
         Counter,
-        "Results written to the results topic.",
+        "Results written to the results topic (unchanged: re-processed, the same, not sent).",
         ("outcome",),
-        preset={"outcome": OK_ERROR},
+        preset={"outcome": WRITE_OUTCOMES},
     )
 )
 STORE_WRITES = _declare(
     MetricSpec(
         "ragmon_store_writes_total",
         Counter,
-        "Results written to the store.",
+        "Results written to the store (unchanged: re-processed, the same, not written).",
         ("outcome",),
-        preset={"outcome": OK_ERROR},
+        preset={"outcome": WRITE_OUTCOMES},
     )
 )
 

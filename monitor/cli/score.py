@@ -105,7 +105,6 @@ async def _score_traces(
             settings, metrics, stack, None, judge_everything=evaluator != "heuristic"
         )
         processor = stage.processor
-        stack.push_async_callback(stage.tracker.flush)
         with output.open("w", encoding="utf-8") as out:
 
             async def write(trace: Trace, result: EvaluationResult) -> None:

@@ -2,7 +2,10 @@
 
 Every message is begun in the offset tracker when read and finished only when all the traces it
 carried are processed, deliberately skipped or dead-lettered, so committed offsets never pass
-unfinished work. A fetched batch is decoded at once and handed to one task; at most
+unfinished work. Only a fault of the trace itself dead-letters it (`monitor.faults`): a store or
+broker that is away holds the trace (the sinks retry; here it is processed again until it goes
+through), and a trace whose partition was revoked is left for the next owner, which reads it
+again. A fetched batch is decoded at once and handed to one task; at most
 `max_in_flight` traces are unfinished at a time, beyond which reading waits (the cheap stages
 keep up; the costly judge sheds load on its own).
 
@@ -21,10 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
+from aiokafka.structs import TopicPartition
 from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
 
 from monitor.config import InputFormat
+from monitor.faults import DataFault, ServiceFault, owned_while
+from monitor.log_throttle import Throttled
 from monitor.messages import RawMessage
 from monitor.models import Trace
 from monitor.offload import offload
@@ -45,6 +51,7 @@ log = structlog.get_logger(__name__)
 
 MAX_EXEMPLAR_ID_CHARS = 64
 BATCH_WORKERS = 32  # OpenMetrics caps exemplar labels at 128 characters in all
+SERVICE_RETRY_SECONDS = 1.0  # before processing again a trace a service fault held
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,8 @@ class _Work:
     trace: Trace
     tokens: tuple[RawMessage, ...]
     parent: Context | None = None
+    # the generation of each of the tokens' partitions when they were read (`owned`)
+    generations: tuple[tuple[TopicPartition, int], ...] = ()
 
 
 class Ingest:
@@ -96,6 +105,8 @@ class Ingest:
         self._tails: dict[str, asyncio.Future[None]] = {}
         self._decoded_native = metrics.traces_decoded.labels("native")
         self._on_fatal = on_fatal
+        self._draining = False
+        self._data_faults: dict[str, Throttled] = {}
 
     def attach_otlp(self, otlp: OtlpIntake) -> None:
         """Where OTLP messages go (set after construction: an in-process intake feeds back)."""
@@ -181,7 +192,17 @@ class Ingest:
             )
         except DecodeError as exc:
             return exc
-        return _Work(trace, (msg,), parent)
+        return self._work(trace, (msg,), parent)
+
+    def _work(
+        self, trace: Trace, tokens: tuple[RawMessage, ...], parent: Context | None = None
+    ) -> _Work:
+        generations = tuple((t.tp, self._tracker.generation(t.tp)) for t in tokens)
+        return _Work(trace, tokens, parent, generations)
+
+    def _owned(self, item: _Work) -> bool:
+        """The trace's partitions are still ours (not revoked since it was read)."""
+        return all(self._tracker.generation(tp) == g for tp, g in item.generations)
 
     async def tick(self) -> None:
         """Let the OTLP intake release what is due (assembled traces, in process)."""
@@ -191,7 +212,10 @@ class Ingest:
     async def dispatch_assembled(self, items: list[tuple[Trace, Release[PartToken]]]) -> None:
         """Traces assembled in process (the file source): scored like native ones."""
         await self._dispatch(
-            [_Work(trace, tuple(t.message for t in release.tokens)) for trace, release in items]
+            [
+                self._work(trace, tuple(t.message for t in release.tokens))
+                for trace, release in items
+            ]
         )
 
     @property
@@ -268,13 +292,32 @@ class Ingest:
         structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         started = time.perf_counter()
         agent = self._metrics.agent_label(trace.agent)
+        finished = True
         try:
-            await self._process_or_dead_letter(item, agent)
+            with owned_while(lambda: self._owned(item)):
+                await self._process_held(item)
+            self._metrics.traces_processed.labels(agent, "ok").inc()
         except ProduceRejected as exc:
             if self._on_fatal is None:
                 raise
             self._on_fatal(exc)
-            return
+            finished = False
+        except ServiceFault as exc:
+            finished = False  # its offset stays uncommitted: read again, here or elsewhere
+            log.info("trace left unfinished; it will be read again", reason=str(exc))
+        except DataFault as exc:
+            self._metrics.traces_processed.labels(agent, "error").inc()
+            throttled = self._data_faults.get(exc.reason)
+            if throttled is None:
+                throttled = self._data_faults[exc.reason] = Throttled(
+                    "trace dead-lettered by a fault of its own"
+                )
+            throttled.note(reason=exc.reason, error=str(exc))
+            await self._dead_letter_trace(item, exc.reason, exc)
+        except Exception as exc:
+            log.exception("processing failed; dead-lettering the trace")
+            self._metrics.traces_processed.labels(agent, "error").inc()
+            await self._dead_letter_trace(item, "processing_error", exc)
         finally:
             elapsed = time.perf_counter() - started
             exemplar = (
@@ -283,28 +326,32 @@ class Ingest:
                 else None
             )
             self._metrics.processing_seconds.observe(elapsed, exemplar=exemplar)
-        self._finish(item.tokens)
+        if finished:  # not when cancelled (shutdown): then it is read again
+            self._finish(item.tokens)
 
-    async def _process_or_dead_letter(self, item: _Work, agent: str) -> None:
-        trace = item.trace
-        try:
-            if self._tracer is not None:
-                with self._tracer.start_as_current_span("rag-monitor process", context=item.parent):
-                    await self._processor.process(trace)
-            else:
-                await self._processor.process(trace)
-            self._metrics.traces_processed.labels(agent, "ok").inc()
-        except ProduceRejected:
-            raise
-        except Exception as exc:
-            log.exception("processing failed; dead-lettering the trace")
-            self._metrics.traces_processed.labels(agent, "error").inc()
-            detail = f"{type(exc).__name__}: {exc}"
-            value = trace.model_dump_json().encode()
-            for token in item.tokens:
-                await self._dead_letter(
-                    token, "processing_error", type(exc).__name__, detail, value=value
-                )
+    async def _process_held(self, item: _Work) -> None:
+        """Process the trace; while a service it needs is away (a fault the sinks could not wait
+        out), again after a pause, as long as the trace is ours and the daemon is not stopping."""
+        while True:
+            try:
+                if self._tracer is not None:
+                    with self._tracer.start_as_current_span(
+                        "rag-monitor process", context=item.parent
+                    ):
+                        await self._processor.process(item.trace)
+                else:
+                    await self._processor.process(item.trace)
+                return
+            except ServiceFault:
+                if self._draining or not self._owned(item):
+                    raise
+            await asyncio.sleep(SERVICE_RETRY_SECONDS)
+
+    async def _dead_letter_trace(self, item: _Work, reason: str, exc: Exception) -> None:
+        detail = f"{type(exc).__name__}: {exc}"
+        value = item.trace.model_dump_json().encode()
+        for token in item.tokens:
+            await self._dead_letter(token, reason, type(exc).__name__, detail, value=value)
 
     async def reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
         """Dead-letter a message that cannot be decoded (and finish it)."""
@@ -343,6 +390,7 @@ class Ingest:
         """Release what the in-process OTLP intake still holds and wait for in-flight work until
         `deadline` (monotonic). Returns False when the deadline passed with work still running.
         """
+        self._draining = True  # a trace a service fault holds is left for the next start
         if self._otlp is not None:
             await self._otlp.flush()
         while self._tasks:

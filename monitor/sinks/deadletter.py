@@ -124,7 +124,7 @@ class KafkaDeadLetters(TopicProducer):
         headers = dead_letter_headers(msg, reason, error_class, detail)
         headers.append((ORIGINAL_SIZE_HEADER, str(size).encode()))
         letter = _Letter(msg.key, payload, headers)
-        await self.retry.call(lambda: self._produce(letter), topic=self.topic)
+        await self.write(lambda: self._produce(letter), topic=self.topic)
 
     async def _produce(self, letter: _Letter) -> None:
         """One attempt: cut smaller while the record is too large; raises what else fails."""

@@ -19,7 +19,7 @@ from the settings (:func:`producer_limits`) and sorts a failed send into one of 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from aiokafka import AIOKafkaProducer
@@ -54,6 +54,7 @@ from aiokafka.errors import (
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import size_of_varint
 
+from monitor.faults import ServiceFault
 from monitor.retry import PRODUCE_BACKOFF, FailingCalls, Operation, RetryMetrics, RetryPolicy
 from monitor.sinks.topics import require_topic
 
@@ -112,6 +113,11 @@ def classify(exc: BaseException) -> FailureKind:
     if isinstance(exc, FATAL):
         return "fatal"
     return "transient"
+
+
+class ProducerStopped(ServiceFault):
+    """A write waited for the broker when its producer was stopped (shutdown): the trace is
+    unfinished, never dead-lettered; the next owner reads it again."""
 
 
 class ProduceRejected(Exception):
@@ -198,6 +204,16 @@ class TopicProducer:
     async def stop(self) -> None:
         self._closed = True
         await self.producer.stop()
+
+    async def write(self, produce: Callable[[], Awaitable[None]], **context: Any) -> None:
+        """`produce`, retried while its failure is transient; once the producer is stopped, a
+        transient failure is a :class:`ProducerStopped` (the trace stays unfinished)."""
+        try:
+            await self.retry.call(produce, **context)
+        except KafkaError as exc:
+            if self._closed and classify(exc) == "transient":
+                raise ProducerStopped(f"{self.setting} producer stopped: {exc!r}") from exc
+            raise
 
     def rejected(self, cause: BaseException) -> ProduceRejected:
         return ProduceRejected(self.topic, self.setting, cause)

@@ -46,7 +46,7 @@ class ResultsPublisher(TopicProducer):
         )
 
     async def publish(self, result: EvaluationResult) -> None:
-        await self.retry.call(lambda: self._produce(result), topic=self.topic)
+        await self.write(lambda: self._produce(result), topic=self.topic)
 
     async def _produce(self, result: EvaluationResult) -> None:
         key = (result.conversation_id or result.trace_id).encode("utf-8")

@@ -40,6 +40,12 @@ class OffsetTracker:
 
     def __init__(self) -> None:
         self._partitions: dict[TopicPartition, _PartitionState] = {}
+        self._generations: dict[TopicPartition, int] = {}
+
+    def generation(self, tp: TopicPartition) -> int:
+        """How many times the partition was forgotten (revoked): work read in an earlier
+        generation belongs to another owner now, even when the partition came back."""
+        return self._generations.get(tp, 0)
 
     def begin(self, tp: TopicPartition, offset: int, units: int = 1) -> None:
         state = self._partitions.setdefault(tp, _PartitionState())
@@ -131,6 +137,7 @@ class OffsetTracker:
         """Drop revoked partitions; their unfinished messages are re-read by the next owner."""
         for tp in partitions:
             self._partitions.pop(tp, None)
+            self._generations[tp] = self.generation(tp) + 1
 
 
 METADATA_PREFIX = "unfinished:"
