@@ -58,7 +58,7 @@ Fit = tuple[Prediction, ...]  # per bin
 _Label = tuple[int, int, float, float]  # fold, bin, judge score, 1 if below the threshold
 
 
-def _bin(x: float) -> int:
+def bin_of(x: float) -> int:
     return min(BINS - 1, max(0, int(x * BINS)))
 
 
@@ -168,7 +168,7 @@ class Calibration:
         the judge's score. It joins the fits of the epochs after `epoch`."""
         self._advance(epoch)
         below = 1.0 if judge < self.threshold else 0.0
-        self._pending.append((fold % self._folds, _bin(x), judge, below))
+        self._pending.append((fold % self._folds, bin_of(x), judge, below))
         self.updated_at = time.monotonic() if now is None else now
 
     def predict(self, x: float, *, fold: int, epoch: int) -> Prediction:
@@ -177,7 +177,7 @@ class Calibration:
         self._advance(epoch)
         fits = self._fits_of(epoch)
         fit = fits[fold % self._folds] if fits is not None else None
-        return UNFITTED if fit is None else fit[_bin(x)]
+        return UNFITTED if fit is None else fit[bin_of(x)]
 
     def _advance(self, epoch: int) -> None:
         """Into a new epoch: the labels of the last one join the fits, fitted once for all."""
