@@ -285,6 +285,22 @@ def test_a_trace_is_predicted_by_the_fit_of_the_epoch_it_was_read_in_whenever_it
     assert calibration.predict(0.7, fold=0, epoch=0) == UNFITTED, "read before any label"
 
 
+def test_a_quiet_epoch_does_not_make_a_late_scored_trace_miss_the_labels_before_it() -> None:
+    """Nothing asked the calibration anything in epoch 2: a trace read then and scored in epoch 3
+    (its conversation held by the judge) is predicted as if it had been scored at once."""
+    asked_at_once = Calibration(threshold=0.5, window=1000, min_labels=1, folds=1)
+    quiet = Calibration(threshold=0.5, window=1000, min_labels=1, folds=1)
+    for calibration in (asked_at_once, quiet):
+        calibration.add(0.7, 0.9, fold=0, epoch=0)
+        calibration.add(0.7, 0.1, fold=0, epoch=1)
+    at_once = asked_at_once.predict(0.7, fold=0, epoch=2)
+    assert (at_once.mean, at_once.below) == pytest.approx((0.5, 0.5))
+    for calibration in (asked_at_once, quiet):
+        calibration.add(0.7, 0.0, fold=0, epoch=3)  # a label that arrived while it waited
+    assert quiet.predict(0.7, fold=0, epoch=2) == at_once
+    assert asked_at_once.predict(0.7, fold=0, epoch=2) == at_once
+
+
 def test_a_conversation_is_predicted_by_the_labels_of_the_other_folds_only() -> None:
     """A drawn conversation's earlier turns are labels; its later turns are predicted without
     them (cross-fitting by conversation), so its prediction does not depend on its own draw."""

@@ -148,7 +148,7 @@ class Calibration:
         self._min_labels = min_labels
         self._folds = folds
         self._labels: deque[_Label] = deque(maxlen=window)  # in the fits, oldest first
-        self._pending: deque[_Label] = deque(maxlen=window)  # arrived in the current epoch
+        self._pending: deque[_Label] = deque(maxlen=window)  # arrived in epoch self._epoch
         self._sums = BinSums()
         self._fold_sums = [BinSums() for _ in range(folds)]
         self._epoch: int | None = None  # the newest epoch seen
@@ -180,15 +180,19 @@ class Calibration:
         return UNFITTED if fit is None else fit[bin_of(x)]
 
     def _advance(self, epoch: int) -> None:
-        """Into a new epoch: the labels of the last one join the fits, fitted once for all."""
+        """Into a new epoch: the labels of the last one seen join the fits, fitted once for all.
+        The new fits hold from the epoch after that one, even when nothing asked for a
+        prediction or brought a label since (a quiet calibration): a trace read then is
+        predicted by them, whether it is scored before or after this call."""
         if self._epoch is not None and epoch <= self._epoch:
             return
-        if self._pending:
+        if self._pending and self._epoch is not None:  # (a label's add() set the epoch)
             for label in self._pending:
                 self._commit(label)
             self._pending.clear()
             self._forgot |= len(self._fits) == self._fits.maxlen
-            self._fits.append((epoch, tuple(self._fit(fold) for fold in range(self._folds))))
+            fits = tuple(self._fit(fold) for fold in range(self._folds))
+            self._fits.append((self._epoch + 1, fits))
         self._epoch = epoch
 
     def _commit(self, label: _Label) -> None:
