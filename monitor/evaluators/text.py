@@ -342,7 +342,11 @@ def _text_numbers(text: str) -> list[tuple[str, str]]:
 
 def number_keys(text: str) -> set[str]:
     """Every number written in `text`, normalised, number words ('eight') included."""
-    norm = normalize(text)
+    return normalized_number_keys(normalize(text))
+
+
+def normalized_number_keys(norm: str) -> set[str]:
+    """:func:`number_keys` of text already through :func:`normalize`."""
     keys = {k for k, _ in _text_numbers(norm)}
     for w in _RE_LATIN_WORD.findall(norm):
         mapped = _NUMBER_WORDS.get(w.lower())
@@ -410,8 +414,13 @@ _RE_ACRONYM = re.compile(r"\b[A-Z][A-Z&]{1,7}s?\b")
 def acronyms(text: str) -> list[tuple[str, tuple[str, ...]]]:
     """(acronym, member tokens) for runs of capitalised words: 'Bureau of Labor Statistics' ->
     ('bls', ('bureau', 'labor', 'statist')). Lets 'BLS' and its expansion support each other."""
+    return normalized_acronyms(normalize(text))
+
+
+def normalized_acronyms(norm: str) -> list[tuple[str, tuple[str, ...]]]:
+    """:func:`acronyms` of text already through :func:`normalize`."""
     out: list[tuple[str, tuple[str, ...]]] = []
-    for m in _RE_NAME_RUN.finditer(normalize(text)):
+    for m in _RE_NAME_RUN.finditer(norm):
         words = [w for w in m.group(0).split() if w[0].isupper()]
         if len(words) >= 2:
             acr = "".join(w[0] for w in words).lower()
