@@ -14,6 +14,7 @@ Everything here is deterministic, pure Python and dependency-free:
 
 from __future__ import annotations
 
+import operator
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -118,11 +119,15 @@ _RE_BULLET = re.compile(
 )
 _CLOSERS = "\"'\u201d\u2019)\uff09\u300d\u300f\u3011\u3009\u300b]"
 _CLOSERS_RE = re.escape(_CLOSERS)
-_RE_CJK_END = re.compile(
-    f"(?:[\u3002\uff01\uff1f\uff0e]+|(?<=[{_HIRA}{_KATA}{_KANJI}])[!?]+)[{_CLOSERS_RE}]*"
-)
+# Patterns that open with what they look for, not with a look-behind: the regex engine then
+# skips ahead to the candidates instead of trying every position of a long context. What the
+# look-behind checked is checked on the few candidates (_split_line).
+_RE_CJK_END = re.compile(f"(?:[\u3002\uff01\uff1f\uff0e]+|[!?]+)[{_CLOSERS_RE}]*")
+_RE_JAPANESE_CHAR = re.compile(f"[{_HIRA}{_KATA}{_KANJI}]")
 _RE_LATIN_END = re.compile(f"[.!?\u2026]+[{_CLOSERS_RE}]*(?=\\s|$)")
-_RE_GLUED_END = re.compile(r"(?<=[a-z]{2}[.!?])(?=[A-Z][a-z])")
+_RE_GLUED_END = re.compile(r"[.!?](?=[A-Z][a-z])")
+_RE_TWO_LOWER = re.compile(r"[a-z]{2}")
+_RE_NEXT_CHAR = re.compile(r"\s*(\S?)")  # the next character that is not a space
 _RE_HAS_WORD = re.compile(r"[^\W_]")
 _QUOTATIVE = frozenset("とっな")
 
@@ -146,6 +151,9 @@ def _is_abbreviation_before(text: str, dot: int) -> bool:
 def _split_line(line: str) -> list[str]:
     cuts: set[int] = set()
     for m in _RE_CJK_END.finditer(line):
+        begin = m.start()
+        if line[begin] in "!?" and not (begin and _RE_JAPANESE_CHAR.match(line, begin - 1)):
+            continue  # ASCII !? end a sentence only after Japanese text
         if m.group(0)[-1] in _CLOSERS and line[m.end() : m.end() + 1] in _QUOTATIVE:
             continue  # 「…。」と言った: the quote ends, the sentence goes on
         cuts.add(m.end())
@@ -153,11 +161,13 @@ def _split_line(line: str) -> list[str]:
         if m.group(0)[0] == ".":
             if m.group(0).rstrip(_CLOSERS) == "." and _is_abbreviation_before(line, m.start()):
                 continue
-            nxt = line[m.end() :].lstrip()
-            if nxt and nxt[0].islower():
+            nxt = _RE_NEXT_CHAR.match(line, m.end())
+            if nxt is not None and nxt.group(1).islower():
                 continue  # "e.g. this", "approx. five": not a sentence end
         cuts.add(m.end())
-    cuts.update(m.start() for m in _RE_GLUED_END.finditer(line))
+    for m in _RE_GLUED_END.finditer(line):  # "...in 2010.The next year"
+        if m.start() >= 2 and _RE_TWO_LOWER.match(line, m.start() - 2):
+            cuts.add(m.end())
     pieces: list[str] = []
     start = 0
     for cut in sorted(cuts):
@@ -192,11 +202,10 @@ def split_sentences(text: str) -> list[str]:
 # Tokenisation
 
 _RE_TOKEN = re.compile(
-    r"(?P<num>\d+(?:\.\d+)?)"
-    rf"|(?P<word>[{_LATIN}]+(?:['\u2019][{_LATIN}]+)*)"
-    rf"|(?P<kanji>[{_KANJI}]+)"
-    rf"|(?P<kata>[{_KATA}]+)"
-    rf"|(?P<hira>[{_HIRA}]+)"
+    rf"([{_LATIN}]+(?:['\u2019][{_LATIN}]+)*)"  # a word
+    r"|(\d+(?:\.\d+)?)"  # a number
+    rf"|([{_KANJI}]+)"
+    rf"|([{_KATA}]+)"
 )
 
 
@@ -257,30 +266,36 @@ def normalize_number(raw: str) -> str:
 def _cjk_grams(run: str) -> list[str]:
     if len(run) == 1:
         return [run]
-    return [run[i : i + 2] for i in range(len(run) - 1)]
+    return list(map(operator.add, run[:-1], run[1:]))  # run[i : i + 2] for every i
+
+
+@lru_cache(maxsize=65536)
+def _word_token(word: str) -> str:
+    """The matching unit of a Latin word, or "" for a stopword or a single letter."""
+    low = word.lower()
+    if low in STOPWORDS or (len(low) == 1 and low not in "0123456789"):
+        return ""
+    return _NUMBER_WORDS.get(low) or stem(low)
 
 
 @lru_cache(maxsize=4096)  # recurring chunks (popular documents) are tokenised once
 def _content_tokens_cached(text: str) -> tuple[str, ...]:
-    text = _RE_THOUSANDS.sub("", normalize(text))
     out: list[str] = []
-    for m in _RE_TOKEN.finditer(text):
-        kind = m.lastgroup
-        tok = m.group(0)
-        if kind == "num":
-            out.append(normalize_number(tok))
-        elif kind == "word":
-            low = tok.lower()
-            if low in STOPWORDS or (len(low) == 1 and low not in "0123456789"):
-                continue
-            out.append(_NUMBER_WORDS.get(low) or stem(low))
-        elif kind == "kanji":
-            out.extend(_cjk_grams(tok))
-        elif kind == "kata":
-            tok = tok.strip("\u30fb")
-            if len(tok) >= 2:
-                out.extend(_cjk_grams(tok))
-        # hiragana runs are mostly particles, auxiliaries and okurigana: not content
+    # one group per kind of run; hiragana runs, mostly particles, auxiliaries and okurigana,
+    # are not content and match none
+    for word, num, kanji, kata in _RE_TOKEN.findall(_RE_THOUSANDS.sub("", normalize(text))):
+        if word:
+            token = _word_token(word)
+            if token:
+                out.append(token)
+        elif num:
+            out.append(normalize_number(num))
+        elif kanji:
+            out.extend(_cjk_grams(kanji))
+        else:
+            kata = kata.strip("\u30fb")
+            if len(kata) >= 2:
+                out.extend(_cjk_grams(kata))
     return tuple(out)
 
 
