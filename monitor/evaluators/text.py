@@ -17,6 +17,7 @@ from __future__ import annotations
 import operator
 import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -99,7 +100,15 @@ _ABBREVIATIONS: frozenset[str] = wordset(
 
 
 _RE_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_RE_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# Patterns below open with what they look for, not with a look-behind (which the regex engine
+# would try at every position of a text): the digit before a separator or a suffix is matched
+# and put back (r"\1"), the character before a number checked on the candidates.
+_RE_THOUSANDS = re.compile(r"(\d),(?=\d{3}(?!\d))")
+
+
+def _without_thousands_separators(text: str) -> str:
+    """'1,000' -> '1000'."""
+    return _RE_THOUSANDS.sub(r"\1", text) if "," in text else text
 
 
 @lru_cache(maxsize=1024)
@@ -283,7 +292,7 @@ def _content_tokens_cached(text: str) -> tuple[str, ...]:
     out: list[str] = []
     # one group per kind of run; hiragana runs, mostly particles, auxiliaries and okurigana,
     # are not content and match none
-    for word, num, kanji, kata in _RE_TOKEN.findall(_RE_THOUSANDS.sub("", normalize(text))):
+    for word, num, kanji, kata in _RE_TOKEN.findall(_without_thousands_separators(normalize(text))):
         if word:
             token = _word_token(word)
             if token:
@@ -323,8 +332,10 @@ class Entity:
     surface: str  # as written
 
 
-_RE_NUMBER = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I)
-_RE_ORDINAL_SUFFIX = re.compile(r"(?<=\d)(?:st|nd|rd|th|s)\b")
+_RE_NUMBER = re.compile(r"(\d+(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I)
+_RE_GLUED_TO_NUMBER = re.compile(r"[A-Za-z0-9.]", re.I)  # "A380", "v2.1": no number starts here
+_RE_ORDINAL_SUFFIX = re.compile(r"(\d)(?:st|nd|rd|th|s)\b")
+_RE_DIGIT = re.compile(r"\d")
 _RE_CAP_WORD = re.compile(rf"[A-Z][{_LATIN}'\u2019\-]*")
 _NOT_NAMES = frozenset(["am", "pm", "a.m", "p.m", "ok"])
 _RE_KATA_WORD = re.compile(f"[{_KATA}]{{3,}}")
@@ -344,12 +355,25 @@ def _number_keys(num: str, ampm: str | None) -> list[str]:
     return [normalize_number(num)]
 
 
+def _numbers_written(text: str) -> Iterator[re.Match[str]]:
+    """The numbers of `text` that no letter, digit or '.' is glued to, left to right."""
+    pos = 0
+    while (m := _RE_NUMBER.search(text, pos)) is not None:
+        if m.start() and _RE_GLUED_TO_NUMBER.match(text, m.start() - 1):
+            pos = m.start() + 1  # as a look-behind would: the next position may start one
+            continue
+        yield m
+        pos = m.end()
+
+
 def _text_numbers(text: str) -> list[tuple[str, str]]:
     """(key, surface) for every number in `text` (normalised text expected)."""
-    text = _RE_THOUSANDS.sub("", text)
-    text = _RE_ORDINAL_SUFFIX.sub("", text)
+    if _RE_DIGIT.search(text) is None:
+        return []
+    text = _without_thousands_separators(text)
+    text = _RE_ORDINAL_SUFFIX.sub(r"\1", text)
     out: list[tuple[str, str]] = []
-    for m in _RE_NUMBER.finditer(text):
+    for m in _numbers_written(text):
         for key in _number_keys(m.group(1), m.group(2)):
             out.append((key, m.group(0)))
     return out
