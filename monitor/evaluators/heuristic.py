@@ -31,7 +31,7 @@ from monitor.evaluators.support import (
     ContextIndex,
     StatementSupport,
     SupportParams,
-    context_supports,
+    chunk_recall,
     score_statement,
 )
 from monitor.evaluators.text import content_tokens, normalize, split_sentences
@@ -130,6 +130,7 @@ class Statement:
     text: str
     kind: StatementKind
     support: StatementSupport | None = None
+    scored: str = ""  # a claim as scored: its text without references to passages
 
     @property
     def checkable(self) -> bool:
@@ -405,8 +406,9 @@ class HeuristicEvaluator:
             elif told_apart and languages is not None and languages.outside(sentence):
                 out.append(Statement(sentence, "other_language"))
             else:
-                sup = score_statement(_strip_meta(sentence), index, self.params) if index else None
-                out.append(Statement(sentence, "claim", sup))
+                scored = _strip_meta(sentence)
+                sup = score_statement(scored, index, self.params) if index else None
+                out.append(Statement(sentence, "claim", sup, scored))
         return out
 
     def _verdict(self, s: Statement, contexts: list[tuple[str, str]]) -> StatementVerdict:
@@ -435,10 +437,12 @@ class HeuristicEvaluator:
         """A chunk is useful when it alone supports at least one claim statement."""
         useful = [False] * len(index.ids)
         for s in claims:
+            if all(useful):
+                break
+            recall = chunk_recall(s.scored, index)
             for pos in range(len(useful)):
                 if not useful[pos]:
-                    r = context_supports(_strip_meta(s.text), index, pos)
-                    useful[pos] = r >= self.params.threshold
+                    useful[pos] = recall(pos) >= self.params.threshold
         return useful
 
     @staticmethod

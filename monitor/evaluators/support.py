@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -162,12 +163,22 @@ class StatementSupport:
 def _recall(
     weights: dict[str, float], total: float, found: frozenset[str], partial: dict[str, float]
 ) -> float:
+    return _credited(_credits(weights, partial), total, found)
+
+
+Credits = list[tuple[str, float, float]]
+
+
+def _credits(weights: dict[str, float], partial: dict[str, float]) -> Credits:
+    """(token, weight, partial credit) of every token, in the statement's order: what a recall
+    adds up, worked out once per statement rather than once per window."""
+    return [(t, w, w * partial.get(t, 0.0)) for t, w in weights.items()]
+
+
+def _credited(credits: Credits, total: float, found: frozenset[str]) -> float:
     got = 0.0
-    for t, w in weights.items():
-        if t in found:
-            got += w
-        else:
-            got += w * partial.get(t, 0.0)
+    for t, w, part in credits:  # summed in this order: the same float, bit for bit
+        got += w if t in found else part
     return got / total
 
 
@@ -187,8 +198,9 @@ def _best_window(
         return 0.0, None
     if len(index.windows) <= _SMALL_INDEX:  # the usual trace: a plain loop beats numpy's setup
         best_local, best_ctx = 0.0, None
+        credits = _credits(weights, partial)
         for pos, win in index.windows:
-            r = _recall(weights, total, win, partial)
+            r = _credited(credits, total, win)
             if r > best_local:
                 best_local, best_ctx = r, pos
         return best_local, best_ctx
@@ -253,19 +265,21 @@ def score_statement(
     )
 
 
-def context_supports(statement: str, index: ContextIndex, pos: int) -> float:
-    """Recall of the statement's content tokens in context `pos` alone (chunk usefulness)."""
+def chunk_recall(statement: str, index: ContextIndex) -> Callable[[int], float]:
+    """Recall of the statement's content tokens in one context alone, by the context's position
+    (chunk usefulness)."""
     toks = set(content_tokens(statement))
     if not toks:
-        return 0.0
+        return lambda pos: 0.0
     weights = {t: index.weight(t) for t in toks}
-    return _recall(weights, sum(weights.values()), index.context_tokens[pos], {})
+    credits, total = _credits(weights, {}), sum(weights.values())
+    return lambda pos: _credited(credits, total, index.context_tokens[pos])
 
 
 __all__ = [
     "ContextIndex",
     "StatementSupport",
     "SupportParams",
-    "context_supports",
+    "chunk_recall",
     "score_statement",
 ]

@@ -99,7 +99,8 @@ _ABBREVIATIONS: frozenset[str] = wordset(
 # Normalisation
 
 
-_RE_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# the letter before a split matched and put back: a look-behind would be tried at every position
+_RE_CAMEL = re.compile(r"([a-z])(?=[A-Z])|([A-Z])(?=[A-Z][a-z])")
 # Patterns below open with what they look for, not with a look-behind (which the regex engine
 # would try at every position of a text): the digit before a separator or a suffix is matched
 # and put back (r"\1"), the character before a number checked on the candidates.
@@ -115,7 +116,7 @@ def _without_thousands_separators(text: str) -> str:
 def normalize(text: str) -> str:
     """NFKC (full-width to ASCII, half-width kana to full-width), split camelCase and `_`."""
     text = unicodedata.normalize("NFKC", text)
-    text = _RE_CAMEL.sub(" ", text)
+    text = _RE_CAMEL.sub(r"\1\2 ", text)
     return text.replace("_", " ")
 
 
