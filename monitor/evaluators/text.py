@@ -453,17 +453,16 @@ def extract_entities(text: str) -> list[Entity]:
     for sentence in split_sentences(norm):
         for m in _RE_CAP_WORD.finditer(sentence):
             word = m.group(0).strip("-'\u2019")
-            low = word.lower()
-            if low.endswith(("'s", "\u2019s")):
-                low = low[:-2]
-            if len(low) < 2 or low in STOPWORDS or low in _NUMBER_WORDS or low in _NOT_NAMES:
+            name = _name_key(word)
+            if name is None:
                 continue
-            initial = m.start() == 0 or sentence[: m.start()].rstrip().endswith((":", '"'))
-            if initial and word.isalpha() and not _looks_like_name(sentence[m.start() :], word):
-                continue
-            parts = [stem(x) for x in re.split(r"[-'\u2019]", low) if len(x) >= 2]
-            if parts:
-                add("name", " ".join(parts), word)
+            if (
+                word.isalpha()
+                and _sentence_initial(sentence, m.start())
+                and _RE_NAME_FOLLOWS.match(sentence, m.start() + len(word)) is None
+            ):
+                continue  # probably just the first word of the sentence, not a name
+            add("name", name, word)
         for m in _RE_KATA_WORD.finditer(sentence):
             word = m.group(0).strip("\u30fc\u30fb")
             if len(word) >= 3:
@@ -471,12 +470,31 @@ def extract_entities(text: str) -> list[Entity]:
     return out
 
 
-def _looks_like_name(sentence: str, word: str) -> bool:
-    """A sentence-initial capitalised word counts as a name if another capitalised word follows
-    it directly ('Gigi Lee') -- otherwise it is probably just the first word of the sentence."""
-    rest = sentence[len(word) :]
-    return re.match(r"\s+[A-Z][a-z]", rest) is not None
+@lru_cache(maxsize=16384)
+def _name_key(word: str) -> str | None:
+    """The matching key of a capitalised word ('Gigi' -> 'gigi', "O'Neill's" -> 'o neil'), or
+    None for a word that names nothing: a stopword, a number word, 'AM'."""
+    low = word.lower()
+    if low.endswith(("'s", "\u2019s")):
+        low = low[:-2]
+    if len(low) < 2 or low in STOPWORDS or low in _NUMBER_WORDS or low in _NOT_NAMES:
+        return None
+    parts = [stem(x) for x in _RE_NAME_JOINS.split(low) if len(x) >= 2]
+    return " ".join(parts) if parts else None
 
+
+def _sentence_initial(sentence: str, start: int) -> bool:
+    """Whether the word at `start` opens the sentence, or follows a ':' or a quote."""
+    before = start - 1
+    while before >= 0 and sentence[before].isspace():
+        before -= 1
+    return start == 0 or (before >= 0 and sentence[before] in ':"')
+
+
+# A sentence-initial capitalised word counts as a name when another capitalised word follows it
+# directly ('Gigi Lee').
+_RE_NAME_FOLLOWS = re.compile(r"\s+[A-Z][a-z]")
+_RE_NAME_JOINS = re.compile(r"[-'\u2019]")
 
 _NAME_WORD = rf"[A-Z][{_LATIN}'\u2019]*"
 _RE_NAME_RUN = re.compile(
