@@ -19,11 +19,11 @@ import cachetools
 
 from monitor.evaluators.polarity import yes_no_fields
 from monitor.evaluators.text import (
-    content_tokens,
     normalize,
     normalized_acronyms,
     normalized_number_keys,
     split_sentences,
+    tokenize,
     written_acronyms,
 )
 
@@ -64,7 +64,7 @@ def read_context(text: str, window: int, pair_span: int) -> ContextText:
 
 
 def _read(text: str, window: int, pair_span: int) -> ContextText:
-    seqs = [content_tokens(s) for s in split_sentences(text)]
+    seqs = [tokenize(s) for s in split_sentences(text)]
     pairs: set[tuple[str, str]] = set()
     if pair_span:
         for seq in seqs:

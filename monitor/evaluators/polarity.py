@@ -23,9 +23,13 @@ _RE_YES_NO_FIELD = re.compile(
 _CONTRAST = wordset("but however while although though whereas yet except")
 
 
+_RE_WORD = re.compile(r"[a-z]+")
+_RE_WORD_OR_SEMICOLON = re.compile(r"[a-z]+(?:'[a-z]+)?|;")
+
+
 def _field_words(text: str) -> list[str]:
     """Stemmed words of a field name or statement, stopwords kept ('TakeOut' -> take, out)."""
-    return [stem(w) for w in re.findall(r"[a-z]+", normalize(text).lower())]
+    return [stem(w) for w in _RE_WORD.findall(normalize(text).lower())]
 
 
 def yes_no_fields(text: str) -> list[tuple[tuple[str, ...], bool | None]]:
@@ -69,7 +73,7 @@ def _negated_words(statement: str) -> dict[str, bool]:
     'were not specified') also covers the words before it, back to the previous contrast word.
     Adjacent words are also indexed joined ('take-out' -> 'takeout').
     """
-    words = re.findall(r"[a-z]+(?:'[a-z]+)?|;", normalize(statement).lower())
+    words = _RE_WORD_OR_SEMICOLON.findall(normalize(statement).lower())
     neg = [False] * len(words)
     forward = False
     scope_start = 0

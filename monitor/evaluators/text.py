@@ -254,6 +254,38 @@ _RE_TOKEN = re.compile(
 )
 
 
+_SUFFIXES: tuple[tuple[str, str, int], ...] = (  # (suffix, replacement, stem length at least)
+    ("ational", "ate", 4),
+    ("ization", "ize", 4),
+    ("iveness", "ive", 4),
+    ("fulness", "ful", 4),
+    ("ousness", "ous", 4),
+    ("ements", "", 4),
+    ("ement", "", 4),
+    ("ments", "", 4),
+    ("ment", "", 4),
+    ("ities", "", 4),
+    ("ity", "", 4),
+    ("ness", "", 4),
+    ("ings", "", 3),
+    ("ing", "", 3),
+    ("ies", "y", 2),
+    ("ied", "y", 2),
+    ("edly", "", 3),
+    ("ly", "", 4),
+    ("ed", "", 3),
+    ("ers", "", 3),
+    ("er", "", 3),
+    ("es", "", 3),
+    ("s", "", 3),
+)
+# Only the suffixes that end with a word's last letter can match it: tried in the same order.
+_SUFFIXES_BY_LAST_LETTER = {
+    last: tuple(rule for rule in _SUFFIXES if rule[0][-1] == last)
+    for last in {suffix[-1] for suffix, _, _ in _SUFFIXES}
+}
+
+
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A light suffix stripper: consistent on both sides of a comparison, not linguistics."""
@@ -262,31 +294,7 @@ def stem(word: str) -> str:
         w = w[:-2]
     if len(w) <= 3:
         return w
-    for suffix, repl, min_len in (
-        ("ational", "ate", 4),
-        ("ization", "ize", 4),
-        ("iveness", "ive", 4),
-        ("fulness", "ful", 4),
-        ("ousness", "ous", 4),
-        ("ements", "", 4),
-        ("ement", "", 4),
-        ("ments", "", 4),
-        ("ment", "", 4),
-        ("ities", "", 4),
-        ("ity", "", 4),
-        ("ness", "", 4),
-        ("ings", "", 3),
-        ("ing", "", 3),
-        ("ies", "y", 2),
-        ("ied", "y", 2),
-        ("edly", "", 3),
-        ("ly", "", 4),
-        ("ed", "", 3),
-        ("ers", "", 3),
-        ("er", "", 3),
-        ("es", "", 3),
-        ("s", "", 3),
-    ):
+    for suffix, repl, min_len in _SUFFIXES_BY_LAST_LETTER.get(w[-1], ()):
         if w.endswith(suffix) and len(w) - len(suffix) >= min_len:
             if suffix != "s" or not w.endswith(("ss", "us", "is")):  # glass, status, analysis
                 w = w[: len(w) - len(suffix)] + repl
@@ -323,8 +331,9 @@ def _word_token(word: str) -> str:
     return _NUMBER_WORDS.get(low) or stem(low)
 
 
-@lru_cache(maxsize=4096)  # recurring chunks (popular documents) are tokenised once
-def _content_tokens_cached(text: str) -> tuple[str, ...]:
+def tokenize(text: str) -> tuple[str, ...]:
+    """:func:`content_tokens`, uncached: for text read once (a context's sentences, whose
+    reading is cached whole)."""
     out: list[str] = []
     # one group per kind of run; hiragana runs, mostly particles, auxiliaries and okurigana,
     # are not content and match none
@@ -342,6 +351,10 @@ def _content_tokens_cached(text: str) -> tuple[str, ...]:
             if len(kata) >= 2:
                 out.extend(_cjk_grams(kata))
     return tuple(out)
+
+
+# an answer's claims and the question are tokenised by several checks of the same trace
+_content_tokens_cached = lru_cache(maxsize=4096)(tokenize)
 
 
 def content_tokens(text: str) -> list[str]:
