@@ -89,10 +89,10 @@ def _read(text: str, window: int, pair_span: int) -> ContextText:
     )
 
 
-_read_cached = cachetools.cached(
-    cachetools.LRUCache(maxsize=CACHE_CHARS, getsizeof=lambda read: len(read.lowered) or 1),
-    lock=threading.Lock(),  # big traces are scored in worker threads
-)(_read)
+_CACHE: cachetools.LRUCache[object, ContextText] = cachetools.LRUCache(
+    maxsize=CACHE_CHARS, getsizeof=lambda read: len(read.lowered) or 1
+)
+_read_cached = cachetools.cached(_CACHE, lock=threading.Lock())(_read)  # big traces: threads
 
 
 __all__ = ["CACHE_CHARS", "CACHE_MAX_CHARS", "ContextText", "read_context"]
