@@ -9,31 +9,16 @@ to its recorded digest. A change meant to move scores rewrites the file
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
+from tests.support.bench import load_bench
 from tests.support.dev_data import dev_data_path
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load_bench() -> ModuleType:
-    path = REPO / "bench" / "tier0_fingerprint.py"
-    spec = importlib.util.spec_from_file_location("bench_tier0_fingerprint", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_item_of_the_dev_data_scores_exactly_as_recorded() -> None:
     for name in ("dev_en.jsonl", "dev_ja.jsonl", "wikieval_pairs_dev.jsonl"):
         dev_data_path("hallucination", name)
-    bench = _load_bench()
+    bench = load_bench("tier0_fingerprint")
     expected = bench.recorded()
     found = bench.fingerprint()
     assert len(found) == len(expected) > 1_000
@@ -42,7 +27,7 @@ def test_every_item_of_the_dev_data_scores_exactly_as_recorded() -> None:
 
 
 def test_a_score_moved_by_its_last_bit_changes_the_digest() -> None:
-    bench = _load_bench()
+    bench = load_bench("tier0_fingerprint")
     evaluator = bench.HeuristicEvaluator(must_not_contain=bench.MUST_NOT_CONTAIN)
     trace = next(t for t in bench.traces() if t.trace_id.startswith("halueval"))
     found = bench.outputs(evaluator, trace)
