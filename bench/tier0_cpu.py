@@ -10,8 +10,10 @@ two settings:
 - ``stream``: a fresh process scores the dev traces in file order, its caches filling as a
   daemon's do. Several answers share each source document there (RAGTruth's models, JHARS's
   questions), as popular documents recur in production.
-- ``cold``: every cache of ``monitor.evaluators`` (but the fastText model's loader) is emptied
-  before each trace: what a trace costs when none of its texts was seen before.
+- ``cold``: every cache of ``monitor.evaluators`` keyed by a text (a context's reading, a
+  sentence's tokens, a language) is emptied before each trace: what a trace costs when none of
+  its texts was seen before. The caches keyed by a word (:data:`WORD_CACHES`) stay warm, as
+  they are in a daemon that has run a while, and so does the fastText model.
 
 Each ``--tree DIR`` (a source tree, e.g. ``git archive`` of an older commit unpacked) is timed
 too, in its own processes; the trees take turns round by round so they share the machine's load,
@@ -44,9 +46,12 @@ MODES = ("stream", "cold")
 # Worker: one process, one tree, one mode. Imports `monitor` from the tree it is given.
 
 
-def _clear_caches() -> Callable[[], None]:
-    """A function that empties every cache of monitor.evaluators except the unbounded one that
-    holds the fastText model."""
+WORD_CACHES = frozenset({"stem", "_word_token", "_name_key"})
+
+
+def _clear_caches(keep: frozenset[str] = frozenset()) -> Callable[[], None]:
+    """A function that empties every cache of monitor.evaluators but those named in `keep` and
+    the unbounded one that holds the fastText model."""
     import importlib
     import pkgutil
 
@@ -58,7 +63,8 @@ def _clear_caches() -> Callable[[], None]:
         for value in vars(module).values():
             params = getattr(value, "cache_parameters", None)
             unbounded = params is not None and params()["maxsize"] is None
-            if callable(getattr(value, "cache_clear", None)) and not unbounded:
+            clearable = callable(getattr(value, "cache_clear", None)) and not unbounded
+            if clearable and getattr(value, "__name__", "") not in keep:
                 caches[id(value)] = value
 
     def clear() -> None:
@@ -88,7 +94,7 @@ def worker(mode: str) -> dict[str, Any]:
                               language=row.get("lang"))  # fmt: skip
                 traces.append((language, trace))
     evaluator = HeuristicEvaluator()
-    clear = _clear_caches() if mode == "cold" else None
+    clear = _clear_caches(keep=WORD_CACHES) if mode == "cold" else None
     gc.collect()
     gc.freeze()  # as the daemon does once it consumes
     ms: dict[str, list[float]] = {language: [] for language in LANGUAGES}

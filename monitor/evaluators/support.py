@@ -199,11 +199,21 @@ def _best_window(
     if len(index.windows) <= _SMALL_INDEX:  # the usual trace: a plain loop beats numpy's setup
         best_local, best_ctx = 0.0, None
         credits = _credits(weights, partial)
+        tokens = frozenset(weights)
+        # a window with none of the tokens gets the partial credits alone, added in the same
+        # order as the loop below adds them: the same float, without the loop (about 40% of
+        # the windows of the dev traces)
+        none_found = 0.0
+        for _, _, part in credits:
+            none_found += part
         for pos, win in index.windows:
-            got = 0.0
-            for t, w, part in credits:  # _credited, inlined: this loop is tier 0's hottest
-                got += w if t in win else part
-            r = got / total
+            if win.isdisjoint(tokens):
+                r = none_found / total
+            else:
+                got = 0.0
+                for t, w, part in credits:  # _credited, inlined: tier 0's hottest loop
+                    got += w if t in win else part
+                r = got / total
             if r > best_local:
                 best_local, best_ctx = r, pos
         return best_local, best_ctx

@@ -172,6 +172,7 @@ _RE_CJK_END = re.compile(f"(?:[\u3002\uff01\uff1f\uff0e]+|[!?]+)[{_CLOSERS_RE}]*
 _RE_LATIN_END = re.compile(f"[.!?\u2026]+[{_CLOSERS_RE}]*(?=\\s|$)")
 _RE_GLUED_END = re.compile(r"[.!?](?=[A-Z][a-z])")
 _RE_TWO_LOWER = re.compile(r"[a-z]{2}")
+_RE_ANY_END = re.compile("[.!?\u2026\u3002\uff01\uff1f\uff0e]")  # in every end pattern above
 _RE_NEXT_CHAR = re.compile(r"\s*(\S?)")  # the next character that is not a space
 _RE_HAS_WORD = re.compile(r"[^\W_]")
 _QUOTATIVE = frozenset("とっな")
@@ -194,6 +195,8 @@ def _is_abbreviation_before(text: str, dot: int) -> bool:
 
 
 def _split_line(line: str) -> list[str]:
+    if _RE_ANY_END.search(line) is None:  # no sentence end can be found: one piece
+        return [line.strip()] if _RE_HAS_WORD.search(line) else []
     cuts: set[int] = set()
     for m in _RE_CJK_END.finditer(line):
         begin = m.start()
