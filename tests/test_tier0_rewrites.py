@@ -132,6 +132,19 @@ def test_stemming_tries_the_suffixes_in_the_same_order(word: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([*PIECES, "one", "Twenty", "ONE", "s\u0131x", "\u1e9eone"])))
+def test_number_words_are_found_as_word_by_word(pieces: list[str]) -> None:
+    value = " ".join(pieces)
+    norm = text.normalize(value)
+    expected = {k for k, _ in text._text_numbers(norm)}
+    for word in text._RE_LATIN_WORD.findall(norm):
+        if word.lower() in text._NUMBER_WORDS:
+            expected.add(text._NUMBER_WORDS[word.lower()])
+    expected |= {k.split(":", 1)[0] for k in expected if ":" in k}
+    assert text.number_keys(value) == expected
+
+
+@settings(max_examples=300, deadline=None)
 @given(texts)
 def test_scripts_are_counted_by_runs_as_character_by_character(value: str) -> None:
     for runs, one in (

@@ -438,10 +438,10 @@ def number_keys(text: str) -> set[str]:
 def normalized_number_keys(norm: str) -> set[str]:
     """:func:`number_keys` of text already through :func:`normalize`."""
     keys = {k for k, _ in _text_numbers(norm)}
-    for w in _RE_LATIN_WORD.findall(norm):
-        mapped = _NUMBER_WORDS.get(w.lower())
-        if mapped is not None:
-            keys.add(mapped)
+    # every distinct word, lowercased in one call (no word holds a space, and lowercasing makes
+    # none), looked up among the number words in one intersection
+    words = set(" ".join(_RE_LATIN_WORD.findall(norm)).lower().split(" "))
+    keys.update(_NUMBER_WORDS[w] for w in words & _NUMBER_WORDS.keys())
     # "17:00" in a context also states the hour "17"
     keys |= {k.split(":", 1)[0] for k in keys if ":" in k}
     return keys
