@@ -5,14 +5,17 @@ A popular document is retrieved again and again: its sentences, tokens, numbers,
 yes/no fields do not change between the traces that carry it, and reading them is about half of
 tier 0's work on a trace. :func:`read_context` reads a context once (normalised once for all of
 them) and keeps the reading in a cache bounded by the characters of the texts it holds
-(:data:`CACHE_CHARS`; a reading takes about 40 bytes per character, so about 20 MB when full),
+(:data:`CACHE_CHARS`; a reading takes about 46 bytes per character, so about 23 MB when full),
 least recently used dropped first; :class:`monitor.evaluators.support.ContextIndex` merges the
 readings of a trace's contexts.
 """
 
 from __future__ import annotations
 
+import math
 import threading
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import cachetools
@@ -54,6 +57,7 @@ class ContextText:
     lowered: str
     acronyms: frozenset[str]
     fields: tuple[Field, ...]
+    alone_idf: Mapping[str, float]  # the IDF of its tokens when it is a trace's only context
 
 
 def read_context(text: str, window: int, pair_span: int) -> ContextText:
@@ -77,6 +81,9 @@ def _read(text: str, window: int, pair_span: int) -> ContextText:
     )
     norm = normalize(text)
     derived = {a for a, _ in normalized_acronyms(norm)}
+    df: Counter[str] = Counter()
+    for tokens in sents:
+        df.update(tokens)
     return ContextText(
         sentences=tuple(sents),
         windows=windows,
@@ -86,7 +93,13 @@ def _read(text: str, window: int, pair_span: int) -> ContextText:
         lowered=norm.lower(),
         acronyms=frozenset(written_acronyms(text) | derived),
         fields=tuple(yes_no_fields(text)),
+        alone_idf=idf(df, len(sents)),
     )
+
+
+def idf(df: Mapping[str, int], sentences: int) -> dict[str, float]:
+    """IDF over `sentences` sentences of every token, from the count of sentences it is in."""
+    return {t: math.log((sentences + 1) / (c + 0.5)) for t, c in df.items()}
 
 
 _CACHE: cachetools.LRUCache[object, ContextText] = cachetools.LRUCache(

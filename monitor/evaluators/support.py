@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 import numpy as np
 
-from monitor.evaluators.context_text import read_context
+from monitor.evaluators.context_text import idf, read_context
 from monitor.evaluators.polarity import distinctive, polarity_conflicts
 from monitor.evaluators.text import (
     Entity,
@@ -57,7 +57,7 @@ class ContextIndex:
     windows: list[tuple[int, frozenset[str]]]  # (context position, tokens of the window)
     context_tokens: list[frozenset[str]]
     all_tokens: frozenset[str]
-    idf: dict[str, float]
+    idf: Mapping[str, float]
     max_idf: float
     numbers: frozenset[str]
     text: str  # normalised, lowercased, all contexts joined (substring checks for CJK names)
@@ -86,49 +86,41 @@ class ContextIndex:
         window: int = 2,
         pair_span: int = 0,
     ) -> ContextIndex:
-        ids: list[str] = []
-        windows: list[tuple[int, frozenset[str]]] = []
-        context_tokens: list[frozenset[str]] = []
-        sentence_sets: list[frozenset[str]] = []
-        numbers: set[str] = set()
-        texts: list[str] = []
+        reads = [read_context(text, window, pair_span) for _, text in contexts]
+        sentence_sets = [sentence for read in reads for sentence in read.sentences]
         fields: dict[tuple[str, ...], set[bool | None]] = defaultdict(set)
-        pairs: set[tuple[str, str]] = set()
-        acrs: set[str] = set()
-        for pos, (cid, text) in enumerate(contexts):
-            read = read_context(text, window, pair_span)
-            ids.append(cid)
-            pairs |= read.pairs
-            sentence_sets.extend(read.sentences)
-            windows.extend((pos, tokens) for tokens in read.windows)
-            context_tokens.append(read.tokens)
-            numbers |= read.numbers
-            texts.append(read.lowered)
-            acrs |= read.acronyms
+        for read in reads:
             for key, value in read.fields:
                 fields[key].add(value)
-        df: Counter[str] = Counter()
-        for s in sentence_sets:
-            df.update(s)
         n = len(sentence_sets)
-        idf = {t: math.log((n + 1) / (c + 0.5)) for t, c in df.items()}
-        max_idf = math.log((n + 1) / 0.5)
-        q_norm = normalize(question).lower()
+        if len(reads) == 1:  # the usual trace of one chunk: its reading is the index's
+            only = reads[0]
+            weights, all_tokens, numbers = only.alone_idf, only.tokens, only.numbers
+            pairs, acrs = only.pairs, only.acronyms
+        else:
+            df: Counter[str] = Counter()
+            for sentence in sentence_sets:
+                df.update(sentence)
+            weights = idf(df, n)
+            all_tokens = frozenset().union(*(read.tokens for read in reads))
+            numbers = frozenset().union(*(read.numbers for read in reads))
+            pairs = frozenset().union(*(read.pairs for read in reads))
+            acrs = frozenset().union(*(read.acronyms for read in reads))
         return cls(
-            ids=ids,
-            windows=windows,
-            context_tokens=context_tokens,
-            all_tokens=frozenset().union(*context_tokens) if context_tokens else frozenset(),
-            idf=idf,
-            max_idf=max_idf,
-            numbers=frozenset(numbers),
-            text="\n".join(texts),
+            ids=[cid for cid, _ in contexts],
+            windows=[(pos, tokens) for pos, read in enumerate(reads) for tokens in read.windows],
+            context_tokens=[read.tokens for read in reads],
+            all_tokens=all_tokens,
+            idf=weights,
+            max_idf=math.log((n + 1) / 0.5),
+            numbers=numbers,
+            text="\n".join(read.lowered for read in reads),
             fields=distinctive({k: frozenset(v) for k, v in fields.items()}),
-            pairs=frozenset(pairs),
-            acronyms=frozenset(acrs),
+            pairs=pairs,
+            acronyms=acrs,
             question_tokens=frozenset(content_tokens(question)),
             question_numbers=frozenset(number_keys(question)),
-            question_text=q_norm,
+            question_text=normalize(question).lower(),
         )
 
     def weight(self, token: str) -> float:
