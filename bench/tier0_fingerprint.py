@@ -124,7 +124,8 @@ def traces() -> Iterator[Trace]:
 
 def outputs(evaluator: HeuristicEvaluator, trace: Trace) -> dict[str, Any]:
     """Everything tier 0 decides about `trace`, in a form that compares exactly."""
-    result = evaluator.evaluate(trace).model_dump(mode="json", exclude={"latency_ms"})
+    # `selection` says why the judge saw a result: never set on tier 0's, not a decision of it
+    result = evaluator.evaluate(trace).model_dump(mode="json", exclude={"latency_ms", "selection"})
     found = evaluator.grounding_features(trace)
     return {"result": result, "grounding": None if found is None else [found[0], found[1]]}
 

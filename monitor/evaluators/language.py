@@ -109,8 +109,8 @@ def identify_expecting(text: str, expected: Collection[str]) -> str:
     found = identify(text)
     if found == UNKNOWN or found in expected or not expected:
         return found
-    if _RE_CJK.search(text) and found == "ja":
-        return found  # settled by kana, not by the model
+    if _RE_CJK.search(text):
+        return found  # kana settle Japanese; a sentence of ideographs without any is Chinese
     likely = dict(guesses(text[:READ_CHARS]))
     plausible = [lang for lang in expected if likely.get(lang, 0.0) >= PLAUSIBLE]
     return max(plausible, key=lambda lang: likely[lang]) if plausible else found
