@@ -32,10 +32,17 @@ from monitor.evaluators.support import (
     ContextIndex,
     StatementSupport,
     SupportParams,
-    context_supports,
+    chunk_recall,
     score_statement,
 )
-from monitor.evaluators.text import content_tokens, normalize, split_sentences
+from monitor.evaluators.text import (
+    CaselessPattern,
+    content_tokens,
+    has_digit,
+    has_japanese,
+    normalize,
+    split_sentences,
+)
 from monitor.models import EvaluationResult, Score, StatementVerdict, Trace
 
 # ---------------------------------------------------------------------------------------------
@@ -45,7 +52,7 @@ _SOURCES_EN = (
     r"(?:context|passage|document|text|source|information|article|data|excerpt|material"
     r"|search result|record|knowledge base)s?"
 )
-_REFUSAL_EN = re.compile(
+_REFUSAL_EN = CaselessPattern(
     r"\b(?:"
     # the assistant itself declines
     r"i (?:do not|don't|dont) (?:know|have (?:enough |sufficient |any |the )?information)"
@@ -61,8 +68,7 @@ _REFUSAL_EN = re.compile(
     r"|(?:no|not enough|insufficient) (?:relevant |specific |further |additional )?information"
     r"|there is no (?:mention|reference)"
     r"|cannot be (?:determined|answered) (?:from|based on|with|using)"
-    r")\b",
-    re.IGNORECASE,
+    r")\b"
 )
 _REFUSAL_JA = re.compile(
     r"分かりません|わかりません|分からない|わからない|存じません|不明です|不明でした"
@@ -79,7 +85,7 @@ _REFUSAL_JA = re.compile(
 def is_refusal_statement(statement: str) -> bool:
     """True for a statement that declines to answer or says the contexts lack the information."""
     norm = normalize(statement)
-    return bool(_REFUSAL_EN.search(norm) or _REFUSAL_JA.search(norm))
+    return _REFUSAL_EN.search(norm) or (has_japanese(norm) and bool(_REFUSAL_JA.search(norm)))
 
 
 # Meta references to the prompt ("Passage 2", "(Passage 1:4)", "[3]") state no fact.
@@ -90,14 +96,13 @@ _RE_META_REF = re.compile(
 )
 
 # Statements that carry no claim: greetings, offers, list lead-ins ("Here is the summary:").
-_FILLER_EN = re.compile(
+_FILLER_EN = CaselessPattern(
     r"^(?:sure|certainly|of course|absolutely|okay|ok|great question|good question|hello|hi)"
     r"[!.,]*$"
     r"|\b(?:let me know|i hope (?:this|that) helps|hope (?:this|that) helps|feel free to"
     r"|happy to help|glad to help)\b"
     r"|^here(?:'s| is| are) (?:a |an |the |some )?(?:brief |short )?(?:summary|overview|answer"
-    r"|list|breakdown|steps)\b[^.!?]*[.!]?$",
-    re.IGNORECASE,
+    r"|list|breakdown|steps)\b[^.!?]*[.!]?$"
 )
 _FILLER_JA = re.compile(r"お役に立て|参考になれば|以下の通りです|以下のとおりです")
 
@@ -109,10 +114,12 @@ def is_filler_statement(statement: str) -> bool:
     text = normalize(statement).strip().strip("*").strip()
     if text.endswith(":") and len(content_tokens(text)) <= 4:
         return True
-    return bool(_FILLER_EN.search(text) or _FILLER_JA.search(text))
+    return _FILLER_EN.search(text) or (has_japanese(text) and bool(_FILLER_JA.search(text)))
 
 
 def _strip_meta(statement: str) -> str:
+    if not has_digit(statement):  # every reference has a number
+        return statement
     return _RE_META_REF.sub(" ", statement)
 
 
@@ -131,6 +138,7 @@ class Statement:
     text: str
     kind: StatementKind
     support: StatementSupport | None = None
+    scored: str = ""  # a claim as scored: its text without references to passages
 
     @property
     def checkable(self) -> bool:
@@ -410,8 +418,9 @@ class HeuristicEvaluator:
             elif told_apart and languages is not None and languages.outside(sentence):
                 out.append(Statement(sentence, "other_language"))
             else:
-                sup = score_statement(_strip_meta(sentence), index, self.params) if index else None
-                out.append(Statement(sentence, "claim", sup))
+                scored = _strip_meta(sentence)
+                sup = score_statement(scored, index, self.params) if index else None
+                out.append(Statement(sentence, "claim", sup, scored))
         return out
 
     def _verdict(self, s: Statement, contexts: list[tuple[str, str]]) -> StatementVerdict:
@@ -440,10 +449,12 @@ class HeuristicEvaluator:
         """A chunk is useful when it alone supports at least one claim statement."""
         useful = [False] * len(index.ids)
         for s in claims:
+            if all(useful):
+                break
+            recall = chunk_recall(s.scored, index)
             for pos in range(len(useful)):
                 if not useful[pos]:
-                    r = context_supports(_strip_meta(s.text), index, pos)
-                    useful[pos] = r >= self.params.threshold
+                    useful[pos] = recall(pos) >= self.params.threshold
         return useful
 
     @staticmethod

@@ -52,10 +52,12 @@ for 300 characters of English against 60 µs for 600 here)."""
 
 _KANA = "\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff"
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006\u3007"
-_RE_KANA = re.compile(f"[{_KANA}]")
-_RE_HAN = re.compile(f"[{_HAN}]")
 _RE_CJK = re.compile(f"[{_KANA}{_HAN}]")
-_RE_LETTER = re.compile(r"[^\W\d_]")
+# Runs, not characters: counting the characters of a few runs is several times cheaper than
+# listing every character of a Japanese text one by one.
+_RE_KANA_RUN = re.compile(f"[{_KANA}]+")
+_RE_HAN_RUN = re.compile(f"[{_HAN}]+")
+_RE_LETTER_RUN = re.compile(r"[^\W\d_]+")
 _RE_WORD = re.compile(r"[^\W\d_]+")
 _TOP_K = 5
 
@@ -107,8 +109,8 @@ def identify_expecting(text: str, expected: Collection[str]) -> str:
     found = identify(text)
     if found == UNKNOWN or found in expected or not expected:
         return found
-    if _RE_CJK.search(text) and found == "ja":
-        return found  # settled by kana, not by the model
+    if _RE_CJK.search(text):
+        return found  # kana settle Japanese; a sentence of ideographs without any is Chinese
     likely = dict(guesses(text[:READ_CHARS]))
     plausible = [lang for lang in expected if likely.get(lang, 0.0) >= PLAUSIBLE]
     return max(plausible, key=lambda lang: likely[lang]) if plausible else found
@@ -126,9 +128,9 @@ def decide(text: str, guess: Guesser) -> str:
     identifiers under the same rules)."""
     text = unicodedata.normalize("NFKC", text)
     if _RE_CJK.search(text):  # counting letters is the costly part: only where it decides
-        letters = len(_RE_LETTER.findall(text))
-        kana = len(_RE_KANA.findall(text))
-        han = len(_RE_HAN.findall(text))
+        letters = _count(_RE_LETTER_RUN, text)
+        kana = _count(_RE_KANA_RUN, text)
+        han = _count(_RE_HAN_RUN, text)
         if kana and (kana >= 0.15 * letters or kana + han >= 0.3 * letters):
             return "ja"
         if han >= 0.3 * letters:
@@ -142,6 +144,11 @@ def decide(text: str, guess: Guesser) -> str:
     if not best or best[0][1] < MIN_CONFIDENCE:
         return UNKNOWN
     return best[0][0]
+
+
+def _count(runs: re.Pattern[str], text: str) -> int:
+    """How many characters of `text` the runs of `runs` cover."""
+    return sum(map(len, runs.findall(text)))
 
 
 _RE_LATIN_LETTER = re.compile("[A-Za-z\u00c0-\u024f]")
