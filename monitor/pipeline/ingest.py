@@ -10,7 +10,8 @@ again. A fetched batch is decoded at once and handed to one task; at most
 keep up; the costly judge sheds load on its own).
 
 Traces of one conversation are processed one at a time, in the order of their start (within a
-batch; across batches in the order read), while different conversations run concurrently. OTLP
+batch; across batches in the order read), while different conversations run concurrently; each
+is processed knowing when it was read (monitor.pipeline.read_time), however long it waited. OTLP
 messages go to the OTLP intake: re-keyed through the spans topic on Kafka, assembled in process
 for the file source.
 """
@@ -35,6 +36,7 @@ from monitor.messages import RawMessage
 from monitor.models import Trace
 from monitor.offload import offload
 from monitor.pipeline.conversation import turn_order_key
+from monitor.pipeline.read_time import read_at
 from monitor.pipeline.stage import TraceProcessor
 from monitor.sinks.deadletter import DeadLetterSink
 from monitor.sinks.metrics import Metrics
@@ -58,6 +60,7 @@ SERVICE_RETRY_SECONDS = 1.0  # before processing again a trace a service fault h
 class _Work:
     trace: Trace
     tokens: tuple[RawMessage, ...]
+    read_at: float  # time.monotonic() when it was decoded (monitor.pipeline.read_time)
     parent: Context | None = None
     # the generation of each of the tokens' partitions when they were read (`owned`)
     generations: tuple[tuple[TopicPartition, int], ...] = ()
@@ -198,7 +201,7 @@ class Ingest:
         self, trace: Trace, tokens: tuple[RawMessage, ...], parent: Context | None = None
     ) -> _Work:
         generations = tuple((t.tp, self._tracker.generation(t.tp)) for t in tokens)
-        return _Work(trace, tokens, parent, generations)
+        return _Work(trace, tokens, time.monotonic(), parent, generations)
 
     def _owned(self, item: _Work) -> bool:
         """The trace's partitions are still ours (not revoked since it was read)."""
@@ -294,7 +297,7 @@ class Ingest:
         agent = self._metrics.agent_label(trace.agent)
         finished = True
         try:
-            with owned_while(lambda: self._owned(item)):
+            with owned_while(lambda: self._owned(item)), read_at(item.read_at):
                 await self._process_held(item)
             self._metrics.traces_processed.labels(agent, "ok").inc()
         except ProduceRejected as exc:
