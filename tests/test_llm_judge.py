@@ -407,17 +407,80 @@ async def test_malformed_output_retried_once_then_unmeasured(
     assert result.tokens is not None and (result.tokens.input_tokens or 0) > 0  # spent all the same
 
 
-async def test_reply_cut_at_the_token_bound_is_not_retried(
+def _schema_sent(received: Received) -> dict[str, Any]:
+    return dict(received.body["response_format"]["json_schema"]["schema"])
+
+
+async def test_a_reply_cut_at_the_bound_is_retried_once_with_room_and_the_bounded_schema(
     server: OpenAIServer, judge_factory: Any
 ) -> None:
-    # Issue 17 changed this: at temperature 0 with the same max_tokens a retry is cut again.
+    server.script = _per_task({FAITH: [Reply.truncated()]})
+    judge: LLMJudge = judge_factory()
+    result = await judge.evaluate(judge_trace(1))
+    assert result.errors == [] and result.scores["faithfulness"].measured
+    cut, again = server.requests_for(FAITH)
+    assert again.body["max_tokens"] == 2 * cut.body["max_tokens"], "twice the room"
+    assert "maxItems" not in _schema_sent(cut)["properties"]["statements"]
+    bounded = _schema_sent(again)["properties"]["statements"]
+    assert bounded["maxItems"] == 6, "two statements per sentence of the answer"
+    assert bounded["items"]["properties"]["evidence"]["enum"] == ["C1", "C2", None]
+    assert sample(judge, "ragmon_judge_requests_total", evaluator="llm", outcome="truncated") == 1
+
+    # remembered: the next calls are bounded from the start, at the task's own bound
+    await judge.evaluate(judge_trace(2))
+    later = server.requests_for(FAITH)[2]
+    assert later.body["max_tokens"] == cut.body["max_tokens"]
+    assert _schema_sent(later)["properties"]["statements"]["maxItems"] == 6
+    assert judge.client.bounded_replies
+
+
+async def test_a_reply_cut_twice_is_unmeasured_truncated_output(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
     server.script = lambda r: Reply.truncated() if r.task == FAITH else None
     judge: LLMJudge = judge_factory()
     result = await judge.evaluate(judge_trace(1))
-    assert len(server.requests_for(FAITH)) == 1
-    assert result.scores["faithfulness"].reason == "malformed_output"
+    assert len(server.requests_for(FAITH)) == 2
+    assert result.scores["faithfulness"].reason == "truncated_output"
     assert any("finish_reason=length" in e for e in result.errors)
     assert result.scores["context_precision"].measured
+    assert not judge.client.bounded_replies, "the bounded schema did not help: not remembered"
+    assert sample(judge, "ragmon_judge_requests_total", evaluator="llm", outcome="truncated") == 2
+
+
+async def test_a_server_refusing_the_bounded_schema_gets_the_task_schema_with_more_room(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
+    """OpenAI's strict mode may refuse caps it does not support: the cut call is repeated with
+    the task's own schema and twice the room, and the caps are not sent again."""
+    cuts = [Reply.truncated()]
+
+    def script(r: Received) -> Reply | None:
+        if r.task != FAITH:
+            return None
+        if "maxItems" in json.dumps(r.body["response_format"]):
+            return Reply.error(
+                400,
+                body={
+                    "error": {
+                        "message": "response_format: 'maxItems' is not permitted",
+                        "type": "invalid_request",
+                    }
+                },
+            )
+        return cuts.pop() if cuts else None
+
+    server.script = script
+    judge: LLMJudge = judge_factory()
+    result = await judge.evaluate(judge_trace(1))
+    assert result.errors == [] and result.scores["faithfulness"].measured
+    cut, refused, again = server.requests_for(FAITH)
+    assert refused.body["max_tokens"] == again.body["max_tokens"] == 2 * cut.body["max_tokens"]
+    assert "maxItems" not in json.dumps(again.body["response_format"])
+    assert judge.client.response_mode == "json_schema", "the response format itself is fine"
+    server.script = lambda r: Reply.truncated() if r.task == FAITH else None
+    await judge.evaluate(judge_trace(2))
+    assert all("maxItems" not in json.dumps(r.body) for r in server.requests_for(FAITH)[3:])
 
 
 async def test_malformed_then_good_is_measured(server: OpenAIServer, judge_factory: Any) -> None:
