@@ -461,6 +461,7 @@ class ScoringStage:
     tracker: ConversationTracker
     judge_metrics: JudgeMetrics | None
     token_budget: TokenBudget
+    judge: LLMJudge | RagasEvaluator | None = None
 
 
 async def build_scoring_stage(
@@ -474,7 +475,8 @@ async def build_scoring_stage(
     """Tier 0, the sampler, the judge when configured, and the store and results sinks.
 
     Everything opened is closed by `stack`. `judge_everything` (offline scoring) samples every
-    trace; `producer_kwargs` None means no results topic (the file source and offline scoring).
+    trace and sheds none for load (the judge waits out an open circuit instead);
+    `producer_kwargs` None means no results topic (the file source and offline scoring).
     """
     store = None
     if settings.store.enabled:
@@ -500,10 +502,21 @@ async def build_scoring_stage(
     judge_metrics: JudgeMetrics | None = None
     if settings.judge.active:
         judge_metrics = JudgeMetrics(metrics.registry)
+        # offline, every trace was asked for: calls wait out an open circuit
         if settings.judge.backend == "ragas":
-            judge = RagasEvaluator(settings.judge, judge_metrics, budget=sampler.budget)
+            judge = RagasEvaluator(
+                settings.judge,
+                judge_metrics,
+                budget=sampler.budget,
+                wait_for_circuit=judge_everything,
+            )
         else:
-            judge = LLMJudge(settings.judge, judge_metrics, budget=sampler.budget)
+            judge = LLMJudge(
+                settings.judge,
+                judge_metrics,
+                budget=sampler.budget,
+                wait_for_circuit=judge_everything,
+            )
         stack.push_async_callback(judge.aclose)
     tracker = ConversationTracker(
         settings.conversations,
@@ -523,5 +536,6 @@ async def build_scoring_stage(
         results_redactor=redactor if settings.redact.results_topic and redactor.enabled else None,
         conversations=tracker,
         on_skip=lambda reason: metrics.traces_skipped.labels(reason).inc(),
+        shed_load=not judge_everything,
     )
-    return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget)
+    return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget, judge)

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _score(
-    tmp_path: Path, evaluator: str, **env: str
+    tmp_path: Path, evaluator: str, *flags: str, **env: str
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
     output = tmp_path / "results.jsonl"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
@@ -34,6 +34,7 @@ def _score(
             str(output),
             "--evaluator",
             evaluator,
+            *flags,
         ],
         cwd=REPO,
         capture_output=True,
@@ -91,27 +92,33 @@ def _judge_line(stdout: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_summary_reports_traces_shed_for_load_by_reason(tmp_path: Path) -> None:
-    """A token budget of one token: the first trace is judged, the budget is then spent, and
-    the other five are shed (token_budget) -- the summary says so."""
+def test_a_token_budget_still_caps_offline_judging_and_the_exit_says_so(tmp_path: Path) -> None:
+    """A token budget of one token (a cap the user set, the one thing offline scoring still
+    sheds for): one trace at a time (--max-concurrency 1), the first is judged, the budget is
+    then spent and the other five are shed (token_budget); exit 3 with the counts."""
     server = OpenAIServer()
     server.start_in_thread()
     try:
         result, rows = _score(
             tmp_path,
             "llm",
+            "--max-concurrency",
+            "1",
             RAGMON_JUDGE__BASE_URL=server.url,
             RAGMON_SAMPLING__TOKEN_BUDGET_PER_HOUR="1",
         )
     finally:
         server.stop_in_thread()
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     assert len([r for r in rows if r["evaluator"] == "llm"]) == 1
     assert _judge_line(result.stdout) == (
         "judge: 6 traces selected (sampled 1, priority 0), 0 not in the sample;"
         " shed 5 (token_budget 5); judged 1"
     )
     assert result.stdout.startswith("scored 1 traces (1 rejected lines)")
+    assert result.stderr.splitlines()[-1].startswith(
+        "rag-monitor: 5 of 6 traces were not judged (token_budget 5)"
+    )
 
 
 @pytest.mark.slow
@@ -129,8 +136,66 @@ def test_the_summary_reports_traces_left_unjudged_by_reason(tmp_path: Path) -> N
         )
     finally:
         server.stop_in_thread()
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr
     line = _judge_line(result.stdout)
     assert line.startswith("judge: 6 traces selected (sampled 3, priority 3)"), line
     assert line.endswith("judged 0; left unjudged 6 (judge_error 6)"), line
     assert "unmeasured (llm) judge_error: " in result.stdout
+    assert result.stderr.splitlines()[-1] == (
+        "rag-monitor: 6 of 6 traces were not judged (judge_error 6); their llm results are"
+        f" unmeasured or missing in {tmp_path / 'results.jsonl'}"
+    )
+
+
+@pytest.mark.slow
+def test_a_slow_judge_is_waited_for_and_nothing_is_shed(tmp_path: Path) -> None:
+    """Every reply takes 0.4 s and one counted failure would open the circuit: the deadlines
+    follow the server's pace instead of a fixed timeout, nothing times out or is shed, and
+    every trace is judged."""
+    server = OpenAIServer(script=lambda received: Reply(delay=0.4))
+    server.start_in_thread()
+    try:
+        result, rows = _score(
+            tmp_path,
+            "llm",
+            RAGMON_JUDGE__BASE_URL=server.url,
+            RAGMON_JUDGE__TIMEOUT_FLOOR_SECONDS="0.1",
+            RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="1",
+        )
+    finally:
+        server.stop_in_thread()
+    assert result.returncode == 0, result.stderr
+    assert _judge_line(result.stdout) == (
+        "judge: 6 traces selected (sampled 3, priority 3), 0 not in the sample; judged 6"
+    )
+    assert len([r for r in rows if r["evaluator"] == "llm"]) == 6
+
+
+@pytest.mark.slow
+def test_the_timeout_flag_fixes_the_time_limit_of_every_request(tmp_path: Path) -> None:
+    server = OpenAIServer(script=lambda received: Reply(delay=0.6))
+    server.start_in_thread()
+    try:
+        result, _rows = _score(
+            tmp_path,
+            "llm",
+            "--timeout",
+            "0.2",
+            RAGMON_JUDGE__BASE_URL=server.url,
+            RAGMON_JUDGE__MAX_RETRIES="0",
+            RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
+        )
+    finally:
+        server.stop_in_thread()
+    assert result.returncode == 3, result.stderr
+    assert "judge_timeout 6" in result.stderr.splitlines()[-1]
+    assert "timed out after 0.2 s" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--max-concurrency", "0"), ("--timeout", "-1"), ("--timeout", "inf")]
+)
+def test_bad_pacing_flags_are_usage_errors(tmp_path: Path, flag: str, value: str) -> None:
+    result, _rows = _score(tmp_path, "llm", flag, value, RAGMON_JUDGE__BASE_URL="http://x/v1")
+    assert result.returncode == 2
+    assert flag in result.stderr

@@ -5,7 +5,9 @@ earlier turns), the evaluators run on the numbered trace, and each result goes t
 conversation's turn row, the store, the results topic and the metrics. A trace is finished (its
 offset committable) once its results are stored and published, and, when it was sampled, once
 the judge has answered or given up. Judge work beyond the queue bound is shed and counted; it
-never blocks consumption.
+never blocks consumption. Offline scoring (``shed_load=False``) asked for every trace to be
+judged: nothing is shed for load (queue, lowered rate, open circuit) there; the token budget, a
+spending cap the user set, still applies.
 
 Traces the OTLP stage assembled carry what assembly knew in `metadata`: `incomplete_trace`
 (released before it was whole: every result gets the `incomplete_trace` flag) and `revision`
@@ -104,8 +106,10 @@ class ScoringProcessor:
         offload_chars: int = DEFAULT_OFFLOAD_CHARS,
         conversations: ConversationTracker | None = None,
         on_skip: Callable[[str], None] | None = None,
+        shed_load: bool = True,
     ) -> None:
         self._tier0 = tier0
+        self._shed_load = shed_load
         self._offload_chars = offload_chars
         self._metrics = metrics
         self._sampler = sampler
@@ -181,15 +185,7 @@ class ScoringProcessor:
             if count:
                 self._metrics.sampler_decisions.labels(agent, "skipped").inc()
             return None
-        shed_reason = None
-        if decision == "rate_lowered":
-            shed_reason = "rate_lowered"
-        elif self._judge.circuit_open:
-            shed_reason = "circuit_open"
-        elif not self._sampler.budget_allows():
-            shed_reason = "token_budget"
-        elif self._judge_depth >= self._sampler.config.queue_size:
-            shed_reason = "queue_full"
+        shed_reason = self._shed_reason(decision)
         if shed_reason is not None:
             if count:
                 self._metrics.sampler_decisions.labels(agent, "shed").inc()
@@ -200,6 +196,21 @@ class ScoringProcessor:
         self._judge_depth += 1
         self._metrics.judge_queue.set(self._judge_depth)
         return asyncio.create_task(self._run_judge(trace))
+
+    def _shed_reason(self, decision: str) -> str | None:
+        """Why judge work is dropped now, or None to judge the trace."""
+        assert self._judge is not None
+        if not self._shed_load:
+            return None if self._sampler.budget_allows() else "token_budget"
+        if decision == "rate_lowered":
+            return "rate_lowered"
+        if self._judge.circuit_open:
+            return "circuit_open"
+        if not self._sampler.budget_allows():
+            return "token_budget"
+        if self._judge_depth >= self._sampler.config.queue_size:
+            return "queue_full"
+        return None
 
     async def _run_judge(self, trace: Trace) -> EvaluationResult | None:
         assert self._judge is not None
