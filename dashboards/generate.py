@@ -1627,6 +1627,38 @@ def operations() -> dict[str, Any]:
             width=8,
         ),
         timeseries(
+            "Judge pace: concurrency and slowdown",
+            [
+                target(
+                    "max by (instance, evaluator)"
+                    ' (ragmon_judge_concurrency_limit{endpoint="chat"})',
+                    "limit {{evaluator}} {{instance}}",
+                ),
+                target(
+                    "max by (instance, evaluator) (ragmon_judge_slowdown_ratio)",
+                    "slowdown {{evaluator}} {{instance}}",
+                ),
+            ],
+            description="Requests the judge lets run at once on its chat endpoint (adaptive, "
+            "from 1 up to judge.max_concurrency) and how much longer recent replies took than the "
+            "server needs for them alone (1: no queueing). A limit stuck at 1 with a slowdown "
+            "near 1 is a server that computes one request at a time.",
+            width=8,
+        ),
+        timeseries(
+            "Judge server speed (one request alone)",
+            [
+                target(
+                    "max by (instance, evaluator, phase) (ragmon_judge_tokens_per_second)",
+                    "{{phase}} {{evaluator}} {{instance}}",
+                )
+            ],
+            description="Prompt tokens read and tokens generated per second by the judge's chat "
+            "endpoint, fitted from the usage its replies report; request deadlines are sized "
+            "from it.",
+            width=8,
+        ),
+        timeseries(
             "Judge cache hit rate",
             [
                 target(
