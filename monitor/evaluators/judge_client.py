@@ -361,7 +361,7 @@ class JudgeClient:
 
         def limit_changed(limit: int) -> None:
             self.metrics.concurrency_limit(self.evaluator, name, limit)
-            log.info(
+            log.debug(
                 "judge concurrency limit", limit=limit, evaluator=self.evaluator, endpoint=name
             )
 
