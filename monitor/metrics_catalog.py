@@ -453,8 +453,8 @@ JUDGE_TOKENS_PER_SECOND = _declare(
     MetricSpec(
         "ragmon_judge_tokens_per_second",
         Gauge,
-        "The judge chat endpoint's observed speed for one request running alone: prompt tokens "
-        "read and tokens generated per second (from the usage the server reports).",
+        "The judge chat endpoint's observed speed for one request: prompt tokens read and "
+        "tokens generated per second (from the usage the server reports).",
         ("evaluator", "phase"),
     )
 )
@@ -462,8 +462,8 @@ JUDGE_SLOWDOWN = _declare(
     MetricSpec(
         "ragmon_judge_slowdown_ratio",
         Gauge,
-        "Recent judge chat latency over what the server takes for the same requests alone "
-        "(1: no queueing).",
+        "Judge chat latency at the current concurrency over that of requests alone, for "
+        "requests of the same size (1: no queueing).",
         ("evaluator",),
     )
 )

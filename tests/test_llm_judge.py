@@ -490,6 +490,13 @@ async def test_malformed_then_good_is_measured(server: OpenAIServer, judge_facto
     assert result.errors == []
     assert all(result.scores[m].measured for m in METRICS)
     assert len(server.requests) == 4
+    # the repeat spells out what a reply must hold: every context once, by the labels shown
+    first, again = server.requests_for(REL)
+    assert "maxItems" not in json.dumps(first.body["response_format"])
+    contexts = _schema_sent(again)["properties"]["contexts"]
+    assert contexts["minItems"] == contexts["maxItems"] == 2
+    assert contexts["items"]["properties"]["id"]["enum"] == ["C1", "C2"]
+    assert judge.client.bounded_replies, "it worked: bounded from the start from now on"
 
 
 async def test_non_conforming_server_replies(server: OpenAIServer, judge_factory: Any) -> None:

@@ -2,27 +2,35 @@
 
 Additive increase, multiplicative decrease with a latency signal, in the style of Netflix's
 concurrency-limits (its ``AIMDLimit``, where a slow reply counts as a drop, and the gradient
-idea of ``Gradient2Limit``: latency rising over what the server takes unloaded means requests
-are queueing):
+idea of ``Gradient2Limit``: latency rising with concurrency means requests are queueing):
 
 - the limit starts at 1 and stays within [1, ``max_limit``] (``judge.max_concurrency``);
-- a reply that came back at the server's unloaded pace while the limit was in use (at least half
-  of it in flight) raises the limit by ``1 / limit`` -- one more request per limit's worth of
-  good replies, TCP's congestion avoidance;
 - a drop -- a timeout, 429 or 503 -- halves it;
-- rising latency cuts it by a tenth: a reply that shared the server and took more than
-  ``tolerance`` times what the server takes for its size alone
-  (:meth:`~monitor.evaluators.pace.ServerPace.slowdown`). Replies of requests that ran alone
-  never cut it: their time is the server's own pace, not queueing.
+- every reply is sorted by level: 1 when no other request was in flight while it ran, else the
+  number in flight when it was sent (itself included: a server queues a request behind those
+  already there), and each level keeps a moving average of the replies' latency (seconds over
+  the average work of recent replies, :meth:`~monitor.evaluators.pace.ServerPace.observe`, so
+  that a run of long requests is not taken for queueing). A reply at level ``k`` whose level's
+  latency exceeds that of requests alone by more than ``1 + 0.25 (k-1)`` times cuts the limit
+  by a tenth: each extra request in flight added more than a quarter of a request's time to
+  every request, so the server mostly queues them (a server computing one request at a time
+  doubles the latency of two, one serving them in parallel keeps it). So that "alone" stays
+  current, after :data:`PROBE_EVERY` replies without one that ran alone the limit is 1 until
+  one has (as BBR probes its round-trip time);
+- any other reply of a request that ran with the limit in full use raises it by ``1 / limit``
+  -- one more request per limit's worth of good replies, TCP's congestion avoidance. Replies at
+  lower levels say nothing about the limit (Netflix raises already at half of it; a judge that
+  is not kept busy has no reason to ask a slow server for more).
 
-A server computing requests one after another (llama_cpp.server) or splitting a few cores
-between them (llama-server's slots on a CPU) settles at 1 or 2; one that serves requests in
-parallel (OpenAI, vLLM on a GPU) climbs to ``max_limit``.
+A server computing requests one after another (llama_cpp.server) or splitting its cores between
+them (llama-server's slots on a CPU) doubles the latency of two requests at once and settles at 1
+or 2 (now and then 3); one that serves requests in parallel (OpenAI, vLLM on a GPU) climbs to
+``max_limit``.
 
 :meth:`ConcurrencyLimit.slot` waits for room under the limit and yields a :class:`Slot` that
-records the most requests in flight at once during its life (``peak``): 1 means it ran alone
-(:meth:`~ConcurrencyLimit.acquire_nowait` and :meth:`~ConcurrencyLimit.release` are the same
-without waiting). One asyncio loop; not thread-safe.
+records the level it was sent at and ``peak`` (1: the request ran alone);
+:meth:`~ConcurrencyLimit.acquire_nowait` and :meth:`~ConcurrencyLimit.release` are the same
+without waiting. One asyncio loop; not thread-safe.
 """
 
 from __future__ import annotations
@@ -34,13 +42,17 @@ from dataclasses import dataclass
 
 DROP_FACTOR = 0.5
 LATENCY_FACTOR = 0.9
-DEFAULT_TOLERANCE = 1.5
+LEVEL_WEIGHT = 0.1  # weight of a new reply in its level's average latency
+QUEUE_SLOPE = 0.25  # each request beyond the first may add a quarter of a request's time
+PROBE_EVERY = 50  # replies without one that ran alone, after which one runs alone again
 
 
 @dataclass(eq=False)
 class Slot:
-    """One request under the limit: the most requests in flight at once while it ran."""
+    """One request under the limit: how many were in flight when it was sent (itself included:
+    ``sent_at_level``), and the most in flight at once while it ran (``peak``)."""
 
+    sent_at_level: int
     peak: int
 
     @property
@@ -55,13 +67,14 @@ class ConcurrencyLimit:
         self,
         max_limit: int,
         *,
-        tolerance: float = DEFAULT_TOLERANCE,
         on_change: Callable[[int], None] | None = None,
     ) -> None:
         if max_limit < 1:
             raise ValueError("max_limit must be at least 1")
         self.max_limit = max_limit
-        self.tolerance = tolerance
+        self._latency: dict[int, float] = {}  # level (peak in flight) -> latency per work
+        self._since_alone = 0
+        self._probing = False
         self._on_change = on_change
         self._estimate = 1.0
         self._active: set[Slot] = set()
@@ -69,6 +82,8 @@ class ConcurrencyLimit:
 
     @property
     def limit(self) -> int:
+        if self._probing:
+            return 1
         return max(1, min(self.max_limit, int(self._estimate)))
 
     @property
@@ -98,7 +113,7 @@ class ConcurrencyLimit:
         running = len(self._active) + 1
         for other in self._active:
             other.peak = max(other.peak, running)
-        slot = Slot(peak=running)
+        slot = Slot(sent_at_level=running, peak=running)
         self._active.add(slot)
         return slot
 
@@ -121,12 +136,51 @@ class ConcurrencyLimit:
                 self._on_change(self.limit)
             self._wake()
 
-    def replied(self, slot: Slot, slowdown: float | None) -> None:
-        """A reply came: raise the limit, or cut it when latency rose under shared load."""
-        if slowdown is not None and not slot.alone and slowdown > self.tolerance:
+    def replied(self, slot: Slot, latency: float | None) -> None:
+        """A reply came, with its latency per unit of work: cut the limit when its level
+        queues, else raise it."""
+        # a request waits for those ahead of it; alone means nothing shared its time at all
+        level = 1 if slot.alone else max(2, min(slot.sent_at_level, self.max_limit))
+        if latency is not None:
+            before = self._latency.get(level)
+            self._latency[level] = (
+                latency if before is None else before + LEVEL_WEIGHT * (latency - before)
+            )
+        if self._queueing(level):
             self._set(self._estimate * LATENCY_FACTOR)
-        elif slot.peak * 2 >= self.limit:
+        elif slot.peak >= self.limit:
             self._set(self._estimate + 1.0 / self._estimate)
+        self._probe_now_and_then(slot)
+
+    def _queueing(self, level: int) -> bool:
+        """Whether requests at `level` mostly wait: their latency passes that of a request alone
+        by more than :data:`QUEUE_SLOPE` of a request's per extra request in flight."""
+        here, alone = self._latency.get(level), self._latency.get(1)
+        if level < 2 or here is None or alone is None or alone <= 0:
+            return False
+        return here > alone * (1.0 + QUEUE_SLOPE * (level - 1))
+
+    def _probe_now_and_then(self, slot: Slot) -> None:
+        """Keep the latency alone current: after :data:`PROBE_EVERY` replies without one that
+        ran alone, let requests drain until one does (as BBR probes its round-trip time)."""
+        before = self.limit
+        if slot.alone:
+            self._since_alone = 0
+            self._probing = False
+        else:
+            self._since_alone += 1
+            self._probing = self._probing or self._since_alone >= PROBE_EVERY
+        if self.limit != before:
+            if self._on_change is not None:
+                self._on_change(self.limit)
+            self._wake()
+
+    @property
+    def slowdown(self) -> float:
+        """Latency at the current limit over that of requests alone, per unit of work (1: no
+        queueing; 1 before both are known)."""
+        alone, now = self._latency.get(1), self._latency.get(self.limit)
+        return now / alone if alone and now else 1.0
 
     def dropped(self) -> None:
         """A timeout, 429 or 503: halve the limit."""

@@ -36,12 +36,14 @@ handled.
   against the circuit only when the request ran alone (no other request of ours in flight), so
   the circuit opens on errors and on timeouts at the lowest concurrency, never on queueing we
   caused. Connection errors, other 5xx and 401/403 count whatever the concurrency.
-- A reply that is not JSON or not of the task's schema is retried once, then the call fails with
-  ``malformed_output``. A reply cut at the token bound (``finish_reason == "length"``) is
-  retried once with twice the room and the task's bounded schema
-  (:func:`~monitor.evaluators.judge_prompts.bounded_schema`: arrays and strings capped, so a
-  model that repeats itself is stopped by the schema); the endpoint is remembered as needing it.
-  Cut again, the call fails with ``truncated_output``.
+- A reply that is not JSON or not of the task's schema is retried once with the task's bounded
+  schema (:func:`~monitor.evaluators.judge_prompts.bounded_schema`: arrays capped at their
+  expected length, and at least it where the parser needs every entry, ids from the labels
+  shown, strings capped), then the call fails with ``malformed_output``. A reply cut at the
+  token bound (``finish_reason == "length"``) is retried once with twice the room and the
+  bounded schema, so a model that repeats itself is stopped by the schema; cut again, the call
+  fails with ``truncated_output``. Once a bounded reply parses, the endpoint gets the bounded
+  schema from the start.
 - Chat and embeddings are separate endpoints (``embedding_base_url``; llama.cpp serves them from
   separate processes), each with its own client, concurrency bound and
   :class:`~monitor.evaluators.circuit.CircuitBreaker`. While a circuit is half-open, calls wait for
@@ -497,12 +499,16 @@ class JudgeClient:
                     if self._more_room(call, state):
                         continue
                 elif state.malformed_retry_left > 0:
+                    # the bounded schema spells out what a reply must hold (every context once,
+                    # ids from the labels shown): a server that enforces schemas must comply
                     state.malformed_retry_left -= 1
+                    state.bounded = not self._bounded_refused
                     call.last = CallFailure("malformed_output", str(exc))
                     log.info(
                         "judge reply malformed; retrying once",
                         task=call.task,
                         detail=str(exc),
+                        bounded_schema=state.bounded,
                         trace_id=call.trace_id,
                     )
                     continue
@@ -679,12 +685,12 @@ class JudgeClient:
         if usage is None:  # no usage reported: charge the request its bound
             prompt_tokens = round(endpoint.pace.prompt_tokens(sent.prompt_chars))
             completion_tokens = sent.max_tokens
-        slowdown = endpoint.pace.observe(
-            seconds, sent.prompt_chars, prompt_tokens, completion_tokens, alone=slot.alone
+        latency = endpoint.pace.observe(
+            seconds, sent.prompt_chars, prompt_tokens, completion_tokens
         )
-        endpoint.limit.replied(slot, slowdown)
+        endpoint.limit.replied(slot, latency)
         if endpoint.name == "chat":
-            self.metrics.pace(self.evaluator, endpoint.pace)
+            self.metrics.pace(self.evaluator, endpoint.pace, endpoint.limit.slowdown)
 
     async def _check_circuit(self, call: _Call) -> None:
         """Raise (the last attempt's failure, else ``circuit_open``) while the circuit refuses;

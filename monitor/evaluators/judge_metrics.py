@@ -68,10 +68,11 @@ class JudgeMetrics:
     def concurrency_limit(self, evaluator: str, endpoint: Endpoint, limit: int) -> None:
         self.concurrency.labels(evaluator=evaluator, endpoint=endpoint).set(limit)
 
-    def pace(self, evaluator: str, pace: ServerPace) -> None:
-        """The chat endpoint's learnt speeds and current slowdown."""
+    def pace(self, evaluator: str, pace: ServerPace, slowdown: float) -> None:
+        """The chat endpoint's learnt speeds, and its latency at the current concurrency over
+        its latency alone."""
         speeds = pace.tokens_per_second()
         if speeds is not None:
             for phase, value in zip(catalog.JUDGE_PACE_PHASES, speeds, strict=True):
                 self.tokens_per_second.labels(evaluator=evaluator, phase=phase).set(value)
-        self.slowdown.labels(evaluator=evaluator).set(pace.current_slowdown)
+        self.slowdown.labels(evaluator=evaluator).set(slowdown)

@@ -6,22 +6,23 @@ its prompt tokens ``p`` and completion tokens ``c``. :class:`ServerPace` fits
     seconds ≈ p / prompt_rate + c / generation_rate
 
 by exponentially weighted least squares (the last few dozen replies count; older ones fade), so
-the model follows a server that gets faster or slower. The fit is of the server's pace for a
-request *running alone*: observations of requests that shared the server are used only when
-they were faster than the fit (the server is faster than it thought). When the two rates cannot
-be told apart (too few replies, or replies all of one shape, such as embeddings, which generate
-nothing) one rate is fitted with prompt tokens assumed :data:`PROMPT_TOKEN_SHARE` as costly as
-generated ones.
+the model follows a server that gets faster or slower, at the concurrency the judge runs it at.
+When the two rates cannot be told apart (too few replies, or replies all of one shape, such as
+embeddings, which generate nothing) one rate is fitted with prompt tokens assumed
+:data:`PROMPT_TOKEN_SHARE` as costly as generated ones.
 
 What it is for:
 
 - :meth:`ServerPace.deadline`: how long to wait for a request of ``prompt_chars`` characters and
   ``max_tokens`` of reply -- the expected time (prompt tokens estimated from the characters at
-  the learnt tokens-per-character ratio; the reply at its bound) times :data:`SAFETY` and the
-  current slowdown, at least the configured floor, doubled for each time the same call has
-  already timed out, at most the ceiling; the ceiling while nothing is known;
-- :meth:`ServerPace.slowdown`: how much longer a reply took than the fit says it would alone
-  (the latency signal of :class:`~monitor.evaluators.concurrency_limit.ConcurrencyLimit`);
+  the learnt tokens-per-character ratio; the reply at its bound) times :data:`SAFETY`, at least
+  the configured floor, doubled for each time the same call has already timed out, at most the
+  ceiling; the ceiling while nothing is known;
+- :meth:`ServerPace.observe` returns a reply's latency relative to the size of recent requests
+  (seconds over their average work in generated-token equivalents, a prompt token counting as
+  the fitted ratio of the two speeds): the latency signal of
+  :class:`~monitor.evaluators.concurrency_limit.ConcurrencyLimit`, steady while the mix of
+  request sizes drifts;
 - the exported speeds (``ragmon_judge_tokens_per_second``).
 
 Pure arithmetic; the caller measures the seconds.
@@ -36,7 +37,7 @@ PROMPT_TOKEN_SHARE = 0.1
 """What a prompt token costs relative to a generated one when the two cannot be fitted apart
 (CPU servers read prompts about ten times faster than they generate; GPUs more)."""
 FORGET = 0.9  # weight of the past per observation: about the last 10-30 replies count
-SLOWDOWN_WEIGHT = 0.3  # weight of a new observation in the current slowdown
+RATIO_WEIGHT = 0.3  # weight of a new reply in the learnt tokens-per-character ratio
 SAFETY = 3.0  # a deadline allows three times the expected time
 INITIAL_TOKENS_PER_CHAR = 0.5  # between English (about 0.25) and Japanese (about 1)
 _MIN_SHARE_OF_VARIANCE = 0.05  # below it, prompt and reply sizes move together: one rate
@@ -89,16 +90,16 @@ class ServerPace:
         self.floor_seconds = floor_seconds
         self.ceiling_seconds = ceiling_seconds
         self.tokens_per_char = INITIAL_TOKENS_PER_CHAR
-        self.current_slowdown = 1.0
         self._sums = _Sums()
         self._fit: tuple[float, float] | None = None
+        self._mean_work: float | None = None
 
     @property
     def known(self) -> bool:
         return self._fit is not None
 
-    def expected_alone(self, prompt_tokens: float, completion_tokens: float) -> float | None:
-        """Seconds a request of this size takes alone, by the fit; None before any reply."""
+    def expected(self, prompt_tokens: float, completion_tokens: float) -> float | None:
+        """Seconds a request of this size takes, by the fit; None before any reply."""
         if self._fit is None:
             return None
         per_prompt, per_generated = self._fit
@@ -110,47 +111,40 @@ class ServerPace:
     def deadline(self, prompt_chars: int, max_tokens: int, timeouts: int = 0) -> float:
         """Seconds to wait for a request of `prompt_chars` characters and `max_tokens` of reply,
         whose call has timed out `timeouts` times already (see the module documentation)."""
-        expected = self.expected_alone(self.prompt_tokens(prompt_chars), max_tokens)
+        expected = self.expected(self.prompt_tokens(prompt_chars), max_tokens)
         if expected is None:
             return self.ceiling_seconds
-        seconds = max(self.floor_seconds, expected * SAFETY * max(1.0, self.current_slowdown))
+        seconds = max(self.floor_seconds, expected * SAFETY)
         return min(self.ceiling_seconds, seconds * 2.0 ** min(timeouts, 20))
 
-    def slowdown(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> float | None:
-        """How many times longer a reply took than the fit expects of it alone."""
-        expected = self.expected_alone(prompt_tokens, completion_tokens)
-        if expected is None or expected <= 0:
-            return None
-        return seconds / expected
-
     def observe(
-        self,
-        seconds: float,
-        prompt_chars: int,
-        prompt_tokens: int,
-        completion_tokens: int,
-        *,
-        alone: bool,
+        self, seconds: float, prompt_chars: int, prompt_tokens: int, completion_tokens: int
     ) -> float | None:
-        """Learn from one accepted reply; returns its slowdown (None before the first fit).
-
-        `alone`: no other request to the endpoint was in flight while it ran.
-        """
+        """Learn from one accepted reply; returns its latency relative to the size of recent
+        requests: its seconds over the moving average of their work (generated-token
+        equivalents, a prompt token counting as the fitted ratio of the two speeds). Not over
+        its own work: a request waiting in a server's queue waits for the others' work."""
         if prompt_chars > 0 and prompt_tokens > 0:
             ratio = prompt_tokens / prompt_chars
-            self.tokens_per_char += SLOWDOWN_WEIGHT * (ratio - self.tokens_per_char)
+            self.tokens_per_char += RATIO_WEIGHT * (ratio - self.tokens_per_char)
         if seconds <= 0 or not math.isfinite(seconds) or prompt_tokens + completion_tokens <= 0:
             return None
-        slowdown = self.slowdown(seconds, prompt_tokens, completion_tokens)
-        if alone or slowdown is None or slowdown < 1.0:
-            self._sums.add(prompt_tokens, completion_tokens, seconds)
-            self._fit = self._sums.fit()
-        if slowdown is not None:
-            self.current_slowdown += SLOWDOWN_WEIGHT * (slowdown - self.current_slowdown)
-        return slowdown
+        share = PROMPT_TOKEN_SHARE
+        if self._fit is not None:
+            per_prompt, per_generated = self._fit
+            share = per_prompt / per_generated
+        self._sums.add(prompt_tokens, completion_tokens, seconds)
+        self._fit = self._sums.fit()
+        work = prompt_tokens * share + completion_tokens
+        self._mean_work = (
+            work
+            if self._mean_work is None
+            else self._mean_work + RATIO_WEIGHT * (work - self._mean_work)
+        )
+        return seconds / self._mean_work
 
     def tokens_per_second(self) -> tuple[float, float] | None:
-        """(prompt tokens per second, generated tokens per second) of a request alone."""
+        """(prompt tokens per second, generated tokens per second) of one request."""
         if self._fit is None:
             return None
         per_prompt, per_generated = self._fit
