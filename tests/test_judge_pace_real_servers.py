@@ -24,24 +24,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from monitor.daemon import Daemon, SourceSpec
 from monitor.evaluators.llm import METRICS
 from monitor.models import EvaluationResult
 from monitor.offline import JUDGE_FAILURES
 from monitor.sinks.store import Store
 from tests.support.dev_data import halueval_traces
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics, produce
+from tests.support.kafka_io import produce
 from tests.support.llama_servers import (
     MODEL_ALIAS,
     SERVER_KINDS,
@@ -51,13 +47,13 @@ from tests.support.llama_servers import (
     ServerKind,
     installed,
 )
+from tests.support.score_cli import run_score
 from tests.support.services import service_unavailable
-from tests.support.traces import RunningDaemon, encode, scoring_settings, wait_for
+from tests.support.traces import encode, start_judging_daemon, wait_for
 
 TEST_TIMEOUT_SECONDS = 1800  # a bound, not an expectation: see the module documentation
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_SECONDS)]
 
-REPO = Path(__file__).resolve().parents[1]
 TRACES = int(os.environ.get("RAGMON_TEST_PACE_TRACES", "4"))
 LOAD_SHED = ("queue_full", "rate_lowered", "token_budget")
 
@@ -124,26 +120,7 @@ def test_score_judges_every_trace_on_a_server_with_its_defaults(
     env["RAGMON_STORE__URL"] = f"sqlite+aiosqlite:///{tmp_path / 's.db'}"
     env.update({f"RAGMON_JUDGE__{k.upper()}": v for k, v in served.judge_settings().items()})
     started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "monitor.cli",
-            "score",
-            "--input",
-            str(source),
-            "--output",
-            str(output),
-            "--evaluator",
-            "llm",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TEST_TIMEOUT_SECONDS,
-        check=False,
-    )
+    done = run_score(source, output, "llm", env, timeout=TEST_TIMEOUT_SECONDS)
     seconds = time.monotonic() - started
     print(f"\n{served.kind}: score --evaluator llm, {TRACES} traces, {seconds:.0f} s")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -162,17 +139,10 @@ async def test_the_daemon_judges_or_sheds_for_load_never_for_an_open_circuit(
 ) -> None:
     served.proxy.exchanges.clear()
     traces = halueval_traces(TRACES)
-    await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.in", f"{topic_prefix}.dlq"])
-    settings = scoring_settings(
-        kafka_broker.bootstrap,
-        topic_prefix,
-        tmp_path / "r.db",
-        sampling={"rate": 1.0},
-        judge=served.judge_settings(),
+    running = await start_judging_daemon(
+        kafka_broker.bootstrap, topic_prefix, tmp_path / "r.db", served.judge_settings()
     )
-    daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
-    running = RunningDaemon(daemon)
-    await running.started()
+    daemon = running.daemon
     started = time.monotonic()
     await produce(kafka_broker.bootstrap, f"{topic_prefix}.in", [encode(t) for t in traces])
     value = daemon.metrics.registry.get_sample_value

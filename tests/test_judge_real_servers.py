@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.config.judge import JudgeConfig
-from monitor.daemon import Daemon, SourceSpec
 from monitor.evaluators.judge_client import CallFailure
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.llm import METRICS, LLMJudge
@@ -38,7 +35,7 @@ from monitor.golden.judges import LLMAnswerJudge
 from monitor.models import Constraint, EvaluationResult
 from monitor.sinks.store import Store
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics, produce
+from tests.support.kafka_io import produce
 from tests.support.llama_servers import (
     MODEL_ALIAS,
     SERVER_KINDS,
@@ -49,19 +46,18 @@ from tests.support.llama_servers import (
     ServerKind,
     installed,
 )
+from tests.support.score_cli import run_score
 from tests.support.services import service_unavailable
 from tests.support.traces import (
-    RunningDaemon,
     encode,
     native_trace,
-    scoring_settings,
+    start_judging_daemon,
     trace_of,
     wait_for,
 )
 
 pytestmark = pytest.mark.slow  # two real model servers, seconds per call
 
-REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 64  # small: the tiny model may repeat itself until the bound, and CPU time is short
 FAILURE_REASONS = {
     "malformed_output",
@@ -339,26 +335,7 @@ def test_score_command_with_the_llm_judge(servers: Servers, tmp_path: Path) -> N
             for key, value in servers.judge_settings().items()
         },
     }
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "monitor.cli",
-            "score",
-            "--input",
-            str(source),
-            "--output",
-            str(output),
-            "--evaluator",
-            "llm",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    done = run_score(source, output, "llm", env, timeout=900)
     # the long trace cannot be judged (nor, at 64 tokens, perhaps the other): exit 3, one line
     # with the count and the reasons
     assert done.returncode == 3, done.stderr[-3000:]
@@ -387,17 +364,10 @@ async def test_daemon_with_the_judge_over_kafka(
     servers: Servers, kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path
 ) -> None:
     servers.reset()
-    await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.in", f"{topic_prefix}.dlq"])
-    settings = scoring_settings(
-        kafka_broker.bootstrap,
-        topic_prefix,
-        tmp_path / "r.db",
-        sampling={"rate": 1.0},
-        judge=servers.judge_settings(),
+    running = await start_judging_daemon(
+        kafka_broker.bootstrap, topic_prefix, tmp_path / "r.db", servers.judge_settings()
     )
-    daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
-    running = RunningDaemon(daemon)
-    await running.started()
+    daemon = running.daemon
     traces = [native_trace(20 + n, conversation_id=f"conv-k{n}", turn=1) for n in range(2)]
     await produce(kafka_broker.bootstrap, f"{topic_prefix}.in", [encode(t) for t in traces])
     value = daemon.metrics.registry.get_sample_value

@@ -6,14 +6,13 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.support.openai_server import OpenAIServer, Reply
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.openai_server import OpenAIServer, Received, Reply
+from tests.support.score_cli import run_score
 
 
 def _score(
@@ -22,28 +21,17 @@ def _score(
     output = tmp_path / "results.jsonl"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
     full_env.update({"RAGMON_STORE__URL": f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", **env})
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "monitor.cli",
-            "score",
-            "--input",
-            "examples/traces.jsonl",
-            "--output",
-            str(output),
-            "--evaluator",
-            evaluator,
-            *flags,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full_env,
-    )
+    result = run_score("examples/traces.jsonl", output, evaluator, full_env, *flags)
     rows = [json.loads(line) for line in output.read_text().splitlines()] if output.exists() else []
     return result, rows
+
+
+def _score_with_judge(
+    tmp_path: Path, script: Callable[[Received], Reply | None] | None, *flags: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
+    """`_score` with ``--evaluator llm`` against a scripted judge server."""
+    with OpenAIServer(script=script) as server:
+        return _score(tmp_path, "llm", *flags, RAGMON_JUDGE__BASE_URL=server.url, **env)
 
 
 @pytest.mark.slow
@@ -61,21 +49,10 @@ def test_heuristic_scoring_writes_results_turns_and_a_summary(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("evaluator", ["llm"])
-def test_judge_scoring_judges_every_trace(tmp_path: Path, evaluator: str) -> None:
-    server = OpenAIServer()
-    server.start_in_thread()
-    try:
-        result, rows = _score(
-            tmp_path,
-            evaluator,
-            RAGMON_JUDGE__BASE_URL=server.url,
-            RAGMON_JUDGE__API_KEY="sk-offline-test",
-        )
-    finally:
-        server.stop_in_thread()
+def test_judge_scoring_judges_every_trace(tmp_path: Path) -> None:
+    result, rows = _score_with_judge(tmp_path, None, RAGMON_JUDGE__API_KEY="sk-offline-test")
     assert result.returncode == 0, result.stderr
-    judged = [r for r in rows if r["evaluator"] == evaluator]
+    judged = [r for r in rows if r["evaluator"] == "llm"]
     assert len(judged) == 6, "offline scoring samples every trace"
     assert "sk-offline-test" not in result.stdout + result.stderr
 
@@ -96,19 +73,13 @@ def test_a_token_budget_still_caps_offline_judging_and_the_exit_says_so(tmp_path
     """A token budget of one token (a cap the user set, the one thing offline scoring still
     sheds for): one trace at a time (--max-concurrency 1), the first is judged, the budget is
     then spent and the other five are shed (token_budget); exit 3 with the counts."""
-    server = OpenAIServer()
-    server.start_in_thread()
-    try:
-        result, rows = _score(
-            tmp_path,
-            "llm",
-            "--max-concurrency",
-            "1",
-            RAGMON_JUDGE__BASE_URL=server.url,
-            RAGMON_SAMPLING__TOKEN_BUDGET_PER_HOUR="1",
-        )
-    finally:
-        server.stop_in_thread()
+    result, rows = _score_with_judge(
+        tmp_path,
+        None,
+        "--max-concurrency",
+        "1",
+        RAGMON_SAMPLING__TOKEN_BUDGET_PER_HOUR="1",
+    )
     assert result.returncode == 3, result.stderr
     assert len([r for r in rows if r["evaluator"] == "llm"]) == 1
     assert _judge_line(result.stdout) == (
@@ -124,18 +95,12 @@ def test_a_token_budget_still_caps_offline_judging_and_the_exit_says_so(tmp_path
 @pytest.mark.slow
 def test_the_summary_reports_traces_left_unjudged_by_reason(tmp_path: Path) -> None:
     """A judge endpoint that fails every call: each trace is left unjudged (judge_error)."""
-    server = OpenAIServer(script=lambda received: Reply.error(500))
-    server.start_in_thread()
-    try:
-        result, _rows = _score(
-            tmp_path,
-            "llm",
-            RAGMON_JUDGE__BASE_URL=server.url,
-            RAGMON_JUDGE__MAX_RETRIES="0",
-            RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
-        )
-    finally:
-        server.stop_in_thread()
+    result, _rows = _score_with_judge(
+        tmp_path,
+        lambda received: Reply.error(500),
+        RAGMON_JUDGE__MAX_RETRIES="0",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
+    )
     assert result.returncode == 3, result.stderr
     line = _judge_line(result.stdout)
     assert line.startswith("judge: 6 traces selected (sampled 3, priority 3)"), line
@@ -152,18 +117,12 @@ def test_a_slow_judge_is_waited_for_and_nothing_is_shed(tmp_path: Path) -> None:
     """Every reply takes 0.4 s and one counted failure would open the circuit: the deadlines
     follow the server's pace instead of a fixed timeout, nothing times out or is shed, and
     every trace is judged."""
-    server = OpenAIServer(script=lambda received: Reply(delay=0.4))
-    server.start_in_thread()
-    try:
-        result, rows = _score(
-            tmp_path,
-            "llm",
-            RAGMON_JUDGE__BASE_URL=server.url,
-            RAGMON_JUDGE__TIMEOUT_FLOOR_SECONDS="0.1",
-            RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="1",
-        )
-    finally:
-        server.stop_in_thread()
+    result, rows = _score_with_judge(
+        tmp_path,
+        lambda received: Reply(delay=0.4),
+        RAGMON_JUDGE__TIMEOUT_FLOOR_SECONDS="0.1",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="1",
+    )
     assert result.returncode == 0, result.stderr
     assert _judge_line(result.stdout) == (
         "judge: 6 traces selected (sampled 3, priority 3), 0 not in the sample; judged 6"
@@ -173,20 +132,14 @@ def test_a_slow_judge_is_waited_for_and_nothing_is_shed(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_timeout_flag_fixes_the_time_limit_of_every_request(tmp_path: Path) -> None:
-    server = OpenAIServer(script=lambda received: Reply(delay=0.6))
-    server.start_in_thread()
-    try:
-        result, _rows = _score(
-            tmp_path,
-            "llm",
-            "--timeout",
-            "0.2",
-            RAGMON_JUDGE__BASE_URL=server.url,
-            RAGMON_JUDGE__MAX_RETRIES="0",
-            RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
-        )
-    finally:
-        server.stop_in_thread()
+    result, _rows = _score_with_judge(
+        tmp_path,
+        lambda received: Reply(delay=0.6),
+        "--timeout",
+        "0.2",
+        RAGMON_JUDGE__MAX_RETRIES="0",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
+    )
     assert result.returncode == 3, result.stderr
     assert "judge_timeout 6" in result.stderr.splitlines()[-1]
     assert "timed out after 0.2 s" in result.stderr

@@ -12,9 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from monitor.config import Settings
-from monitor.daemon import Daemon
+from monitor.daemon import Daemon, SourceSpec
 from monitor.models import Context, Trace
+from tests.support.kafka_io import create_topics
 
 FIXED_TIME = datetime(2026, 11, 26, tzinfo=UTC)
 
@@ -189,3 +192,15 @@ def scoring_settings(
     for name, section in sections.items():
         values[name] = {**values.get(name, {}), **section}
     return Settings.model_validate(values)
+
+
+async def start_judging_daemon(
+    bootstrap: str, prefix: str, db: Path, judge: dict[str, Any]
+) -> RunningDaemon:
+    """A daemon with the judge (`judge` settings) on every trace (``sampling.rate`` 1.0),
+    reading `<prefix>.in` (created here, with `<prefix>.dlq`), results stored in `db`; started."""
+    await create_topics(bootstrap, [f"{prefix}.in", f"{prefix}.dlq"])
+    settings = scoring_settings(bootstrap, prefix, db, sampling={"rate": 1.0}, judge=judge)
+    running = RunningDaemon(Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry()))
+    await running.started()
+    return running
