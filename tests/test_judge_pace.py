@@ -184,7 +184,7 @@ def test_a_server_with_capacity_to_spare_gets_the_full_concurrency(noise: float)
     judge = SimulatedJudge("parallel", max_limit=8, noise=noise)
     judge.run(400)
     assert judge.limits[0] == 2, "starts at 1, one good reply lets a second request go"
-    assert judge.limits.index(8) < 80, judge.limits
+    assert judge.limits.index(8) < 120, judge.limits
     settled = judge.limits[50:]
     # at the limit but for a probe now and then: one request alone after 50 that were not
     assert mean(settled) > 6.5 and settled.count(8) > 0.7 * len(settled), settled
@@ -199,7 +199,7 @@ def test_a_server_whose_cores_the_requests_share_keeps_the_limit_low(noise: floa
     settled = judge.limits[50:]
     assert mean(settled) < 2.0, settled
     assert max(settled) <= 4 and sum(1 for n in settled if n > 2) < 0.1 * len(settled)
-    assert judge.limit.slowdown > 1.5, "two at once take about twice as long"
+    assert judge.limit.slowdown_at(2) > 1.5, "two at once take about twice as long"
 
 
 def test_a_server_that_computes_one_request_at_a_time_keeps_the_limit_low() -> None:

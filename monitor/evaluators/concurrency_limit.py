@@ -72,7 +72,8 @@ class ConcurrencyLimit:
         if max_limit < 1:
             raise ValueError("max_limit must be at least 1")
         self.max_limit = max_limit
-        self._latency: dict[int, float] = {}  # level (peak in flight) -> latency per work
+        self._latency: dict[int, float] = {}  # level -> average latency of its replies
+        self._replies: dict[int, int] = {}  # level -> replies counted
         self._since_alone = 0
         self._probing = False
         self._on_change = on_change
@@ -142,10 +143,11 @@ class ConcurrencyLimit:
         # a request waits for those ahead of it; alone means nothing shared its time at all
         level = 1 if slot.alone else max(2, min(slot.sent_at_level, self.max_limit))
         if latency is not None:
-            before = self._latency.get(level)
-            self._latency[level] = (
-                latency if before is None else before + LEVEL_WEIGHT * (latency - before)
-            )
+            # a plain mean of a level's first replies, then a moving average
+            count = self._replies[level] = self._replies.get(level, 0) + 1
+            before = self._latency.get(level, latency)
+            weight = max(LEVEL_WEIGHT, 1.0 / count)
+            self._latency[level] = before + weight * (latency - before)
         if self._queueing(level):
             self._set(self._estimate * LATENCY_FACTOR)
         elif slot.peak >= self.limit:
@@ -177,10 +179,14 @@ class ConcurrencyLimit:
 
     @property
     def slowdown(self) -> float:
-        """Latency at the current limit over that of requests alone, per unit of work (1: no
-        queueing; 1 before both are known)."""
-        alone, now = self._latency.get(1), self._latency.get(self.limit)
-        return now / alone if alone and now else 1.0
+        """:meth:`slowdown_at` the current limit."""
+        return self.slowdown_at(self.limit)
+
+    def slowdown_at(self, level: int) -> float:
+        """Latency of requests at `level` over that of requests alone (1: no queueing; 1 before
+        both are known)."""
+        alone, there = self._latency.get(1), self._latency.get(level)
+        return there / alone if alone and there else 1.0
 
     def dropped(self) -> None:
         """A timeout, 429 or 503: halve the limit."""

@@ -7,8 +7,9 @@ its prompt tokens ``p`` and completion tokens ``c``. :class:`ServerPace` fits
 
 by exponentially weighted least squares (the last few dozen replies count; older ones fade), so
 the model follows a server that gets faster or slower, at the concurrency the judge runs it at.
-When the two rates cannot be told apart (too few replies, or replies all of one shape, such as
-embeddings, which generate nothing) one rate is fitted with prompt tokens assumed
+When the two rates cannot be told apart (too few replies, replies all of one shape, such as
+embeddings, which generate nothing, or a fit that has prompt tokens read slower than tokens are
+generated, which no server does) one rate is fitted with prompt tokens assumed
 :data:`PROMPT_TOKEN_SHARE` as costly as generated ones.
 
 What it is for:
@@ -70,7 +71,9 @@ class _Sums:
         if self.count >= 3 and det > _MIN_SHARE_OF_VARIANCE * self.pp * self.cc:
             per_prompt = (self.ps * self.cc - self.cs * self.pc) / det
             per_generated = (self.cs * self.pp - self.ps * self.pc) / det
-            if per_prompt > 0 and per_generated > 0:
+            # a server reads prompt tokens in batches, never slower than it generates: a fit
+            # that says otherwise is noise (sizes that hardly vary), so one rate is fitted
+            if 0 < per_prompt <= per_generated:
                 return per_prompt, per_generated
         # one rate: seconds ≈ (share·p + c)·k, least squares in k
         r = PROMPT_TOKEN_SHARE
