@@ -42,8 +42,8 @@ handled.
   shown, strings capped), then the call fails with ``malformed_output``. A reply cut at the
   token bound (``finish_reason == "length"``) is retried once with twice the room and the
   bounded schema, so a model that repeats itself is stopped by the schema; cut again, the call
-  fails with ``truncated_output``. Once a bounded reply parses, the endpoint gets the bounded
-  schema from the start.
+  fails with ``truncated_output``. After a cut, or once a bounded reply parses, every request
+  to the endpoint carries the bounded schema (calls already waiting included).
 - Chat and embeddings are separate endpoints (``embedding_base_url``; llama.cpp serves them from
   separate processes), each with its own client, concurrency bound and
   :class:`~monitor.evaluators.circuit.CircuitBreaker`. While a circuit is half-open, calls wait for
@@ -423,10 +423,15 @@ class JudgeClient:
         cfg = self.config
         system: ChatCompletionSystemMessageParam = {"role": "system", "content": prompt.system}
         user: ChatCompletionUserMessageParam = {"role": "user", "content": prompt.user}
-        schema = prompt.bounded_schema if state.bounded and prompt.bounded_schema else prompt.schema
         bound, parameter = state.max_tokens, state.parameter
 
         def request() -> Awaitable[ChatCompletion]:
+            # decided when sent: calls that waited while the endpoint was found to run away
+            # are bounded too (and a refusal of it is then recognised as such)
+            state.bounded = (state.bounded or self.bounded_replies) and not self._bounded_refused
+            schema = (
+                prompt.bounded_schema if state.bounded and prompt.bounded_schema else prompt.schema
+            )
             return self._chat.client.chat.completions.create(
                 model=cfg.model,
                 messages=[system, user],
@@ -538,6 +543,7 @@ class JudgeClient:
             bounded_schema=state.bounded,
             trace_id=call.trace_id,
         )
+        self._remember_bounded(state)  # the model runs away: bound every call from now on
         return True
 
     def _adapt(self, state: _ChatState, failed: _FailedAttempt) -> bool:
@@ -582,7 +588,8 @@ class JudgeClient:
         self.token_parameter = state.parameter
 
     def _remember_bounded(self, state: _ChatState) -> None:
-        """A bounded reply that fit: bound every later call's reply the same way."""
+        """A reply cut at its bound, or a bounded reply that parsed: bound every later call's
+        reply the same way (until the endpoint refuses the bounded schema)."""
         if state.bounded and not self.bounded_replies:
             log.warning(
                 "judge replies run to the token bound; bounding them by the schema from now on",
