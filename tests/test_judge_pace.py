@@ -351,21 +351,29 @@ def judge_on(server: OpenAIServer, registry: CollectorRegistry, **settings: Any)
 async def test_timeouts_beside_other_requests_cut_the_limit_and_leave_the_circuit_closed(
     server: OpenAIServer,
 ) -> None:
+    registry = CollectorRegistry()
     judge = judge_on(
         server,
-        CollectorRegistry(),
+        registry,
         timeout_seconds=0.5,
         max_concurrency=2,
         circuit_failure_threshold=1,
     )
+
+    def exported_limit() -> float | None:
+        labels = {"evaluator": "llm", "endpoint": "chat"}
+        return registry.get_sample_value("ragmon_judge_concurrency_limit", labels)
+
     try:
+        assert exported_limit() == 1, "exported from the start: one request at first"
         await judge.evaluate(judge_trace(1))  # two quick replies: the limit rises to 2
-        assert judge.client.concurrency_limit.limit == 2
+        assert judge.client.concurrency_limit.limit == 2 == exported_limit()
         server.script = lambda r: Reply(delay=1.5)
         shared = await judge.evaluate(judge_trace(2))
         assert shared.scores["faithfulness"].reason == "judge_timeout"
         assert judge.client.circuit.state == "closed", "both timed out beside each other"
         assert judge.client.concurrency_limit.limit == 1, "congestion halves the limit"
+        assert exported_limit() == 1
         alone = await judge.evaluate(judge_trace(3))
         assert alone.scores["faithfulness"].reason == "judge_timeout"
         assert judge.client.circuit.state == "open", "a request alone timed out: a failure"
