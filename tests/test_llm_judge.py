@@ -218,8 +218,9 @@ async def test_json_schema_rejected_falls_back_and_remembers(
     first = await judge.evaluate(judge_trace(1))
     assert first.errors == []
     assert first.scores["faithfulness"].value == pytest.approx(2 / 3)
-    modes = sorted(r.response_format or "" for r in server.requests)
-    assert modes == ["json_object", "json_object", "json_schema", "json_schema"]
+    # one request at a time at first: the call that waited is sent in the mode learnt meanwhile
+    modes = [r.response_format for r in server.requests]
+    assert modes == ["json_schema", "json_object", "json_object"]
     for r in server.requests:
         if r.response_format == "json_object":
             assert "JSON" in r.system  # json_object mode needs the word in the prompt
@@ -434,6 +435,28 @@ async def test_a_reply_cut_at_the_bound_is_retried_once_with_room_and_the_bounde
     assert later.body["max_tokens"] == cut.body["max_tokens"]
     assert _schema_sent(later)["properties"]["statements"]["maxItems"] == 6
     assert judge.client.bounded_replies
+
+
+async def test_a_call_that_waited_is_sent_in_the_mode_learnt_and_keeps_the_bounded_schema(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
+    """llama_cpp.server refuses json_schema; the faithfulness call learns json_object and is cut
+    at the bound while the relevance call waits for a slot. The relevance call goes out once, as
+    json_object with the bounded schema: not as json_schema, whose refusal would read as a
+    refusal of the bounded schema and drop it for the endpoint's lifetime."""
+    server.reject_json_schema = True
+    server.script = _per_task({FAITH: [Reply.truncated()]})
+    judge: LLMJudge = judge_factory(max_concurrency=1)
+    result = await judge.evaluate(judge_trace(1))
+    assert result.errors == [] and all(result.scores[m].measured for m in METRICS)
+    (relevance,) = server.requests_for(REL)
+    assert relevance.response_format == "json_object"
+    assert "maxItems" in json.dumps(relevance.body["response_format"])
+    assert judge.client.bounded_replies, "the bounded schema is kept for later calls"
+    await judge.evaluate(judge_trace(2))
+    later = server.requests_for(REL)[1]
+    assert later.response_format == "json_object"
+    assert "maxItems" in json.dumps(later.body["response_format"])
 
 
 async def test_a_reply_cut_twice_is_unmeasured_truncated_output(

@@ -20,7 +20,8 @@ handled.
   enforce); ``auto`` starts with json_schema. On a rejection that names the response format,
   whatever its status (llama_cpp.server answers 500), the same request is repeated one step
   down (json_schema -> json_object with the schema -> plain json_object) and, once a step is
-  accepted, the endpoint is remembered at it for the client's lifetime.
+  accepted, the endpoint is remembered at it for the client's lifetime (a call that waited for
+  a slot meanwhile is sent at it, as it is with the token parameter).
 - Failures are classified by kind, not by status alone (:func:`classify`): a prompt longer than
   the model's context fails that trace at once (``context_too_long``, the server's words kept in
   the detail); 404/501 or a refusal saying the server does not support the request (e.g.
@@ -118,6 +119,7 @@ NEXT_MODE: dict[ResponseMode, ResponseMode] = {
     "json_schema": "json_object",
     "json_object": "json_object_without_schema",
 }
+MODE_ORDER: tuple[ResponseMode, ...] = ("json_schema", "json_object", "json_object_without_schema")
 CAUSE_CHARS = 200  # how much of a server's error message a detail keeps
 RETRYABLE: frozenset[FailureKind] = frozenset({"rate_limited", "overloaded", "transient"})
 
@@ -423,12 +425,20 @@ class JudgeClient:
         cfg = self.config
         system: ChatCompletionSystemMessageParam = {"role": "system", "content": prompt.system}
         user: ChatCompletionUserMessageParam = {"role": "user", "content": prompt.user}
-        bound, parameter = state.max_tokens, state.parameter
+        bound = state.max_tokens
 
         def request() -> Awaitable[ChatCompletion]:
-            # decided when sent: calls that waited while the endpoint was found to run away
-            # are bounded too (and a refusal of it is then recognised as such)
+            # decided when sent: a call that waited for a slot while the endpoint was found to
+            # run away is bounded too, and one that waited while the endpoint taught the
+            # response mode and token parameter it takes is sent that way. Otherwise its
+            # refusal of a mode it was never going to take would be read as a refusal of the
+            # bounded schema, and the schema would be dropped for good.
             state.bounded = (state.bounded or self.bounded_replies) and not self._bounded_refused
+            if MODE_ORDER.index(self.response_mode) > MODE_ORDER.index(state.mode):
+                state.mode = self.response_mode
+            if self.token_parameter == "max_completion_tokens":
+                state.parameter = self.token_parameter
+            parameter = state.parameter
             schema = (
                 prompt.bounded_schema if state.bounded and prompt.bounded_schema else prompt.schema
             )
