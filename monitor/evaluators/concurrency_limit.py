@@ -16,7 +16,12 @@ idea of ``Gradient2Limit``: latency rising with concurrency means requests are q
   every request, so the server mostly queues them (a server computing one request at a time
   doubles the latency of two, one serving them in parallel keeps it). So that "alone" stays
   current, after :data:`PROBE_EVERY` replies without one that ran alone the limit is 1 until
-  one has (as BBR probes its round-trip time);
+  one has (as BBR probes its round-trip time); until :data:`ALONE_WANTED` replies alone are
+  known, after :data:`EARLY_PROBE_EVERY` already. The endpoint's first reply is left out of
+  the latencies: it pays for what a server does once (paging the model in from disk, an empty
+  prompt cache), and as the only reply alone for a while it would set a baseline so high that
+  queueing never showed (llama_cpp.server, which computes one request at a time, then ran at
+  the maximum, every request waiting for three others);
 - any other reply of a request that ran with the limit in full use raises it by ``1 / limit``
   -- one more request per limit's worth of good replies, TCP's congestion avoidance. Replies at
   lower levels say nothing about the limit (Netflix raises already at half of it; a judge that
@@ -45,6 +50,8 @@ LATENCY_FACTOR = 0.9
 LEVEL_WEIGHT = 0.1  # weight of a new reply in its level's average latency
 QUEUE_SLOPE = 0.25  # each request beyond the first may add a quarter of a request's time
 PROBE_EVERY = 50  # replies without one that ran alone, after which one runs alone again
+ALONE_WANTED = 3  # replies alone wanted for a baseline; until then probes come early
+EARLY_PROBE_EVERY = 5  # replies without one that ran alone while the baseline is young
 
 
 @dataclass(eq=False)
@@ -76,6 +83,7 @@ class ConcurrencyLimit:
         self._replies: dict[int, int] = {}  # level -> replies counted
         self._since_alone = 0
         self._probing = False
+        self._warmed_up = False  # the endpoint's first reply came (its latency left out)
         self._on_change = on_change
         self._estimate = 1.0
         self._active: set[Slot] = set()
@@ -142,6 +150,8 @@ class ConcurrencyLimit:
         queues, else raise it."""
         # a request waits for those ahead of it; alone means nothing shared its time at all
         level = 1 if slot.alone else max(2, min(slot.sent_at_level, self.max_limit))
+        if not self._warmed_up:
+            self._warmed_up, latency = True, None
         if latency is not None:
             # a plain mean of a level's first replies, then a moving average
             count = self._replies[level] = self._replies.get(level, 0) + 1
@@ -171,7 +181,9 @@ class ConcurrencyLimit:
             self._probing = False
         else:
             self._since_alone += 1
-            self._probing = self._probing or self._since_alone >= PROBE_EVERY
+            young = self._replies.get(1, 0) < ALONE_WANTED
+            every = EARLY_PROBE_EVERY if young else PROBE_EVERY
+            self._probing = self._probing or self._since_alone >= every
         if self.limit != before:
             if self._on_change is not None:
                 self._on_change(self.limit)
