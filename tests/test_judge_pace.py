@@ -21,6 +21,7 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from monitor.config.judge import JudgeConfig
+from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.circuit import PATIENT_PROBES, CircuitBreaker
 from monitor.evaluators.concurrency_limit import (
     ALONE_WANTED,
@@ -29,9 +30,15 @@ from monitor.evaluators.concurrency_limit import (
     ConcurrencyLimit,
     Slot,
 )
+from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.llm import LLMJudge
 from monitor.evaluators.pace import SAFETY, ServerPace
+from monitor.evaluators.sampler import Sampler
+from monitor.models import EvaluationResult, Trace
+from monitor.pipeline.scoring import ScoringProcessor
+from monitor.sinks.metrics import AgentLabels
+from monitor.sinks.scoring_metrics import ScoringMetrics
 from tests.support.openai_server import OpenAIServer, Reply
 from tests.support.traces import judge_trace
 
@@ -428,6 +435,32 @@ async def test_timeouts_beside_other_requests_cut_the_limit_and_leave_the_circui
         await judge.aclose()
 
 
+@pytest.mark.parametrize("status", [429, 503])
+async def test_a_busy_server_beside_other_requests_cuts_the_limit_and_leaves_the_circuit_closed(
+    server: OpenAIServer, status: int
+) -> None:
+    """429 and 503 say the server is busy: they halve the limit like a timeout. Beside other
+    requests of ours that may be our own doing, so neither opens the circuit; alone, a 503
+    counts as a failure and a 429 (the server answered) never does."""
+    registry = CollectorRegistry()
+    judge = judge_on(server, registry, max_concurrency=2, circuit_failure_threshold=1)
+    try:
+        await judge.evaluate(judge_trace(1))  # two quick replies: the limit rises to 2
+        assert judge.client.concurrency_limit.limit == 2
+        server.script = lambda r: Reply.error(status, delay=0.3)
+        shared = await judge.evaluate(judge_trace(2))
+        assert shared.scores["faithfulness"].reason == "judge_error"
+        assert str(status) in " ".join(shared.errors)
+        assert judge.client.concurrency_limit.limit == 1, "a busy server halves the limit"
+        assert judge.client.circuit.state == "closed", "both were refused beside each other"
+        labels = {"evaluator": "llm", "endpoint": "chat"}
+        assert registry.get_sample_value("ragmon_judge_concurrency_limit", labels) == 1
+        await judge.evaluate(judge_trace(3))  # one request at a time now: alone
+        assert judge.client.circuit.state == ("open" if status == 503 else "closed")
+    finally:
+        await judge.aclose()
+
+
 async def test_a_slow_reply_is_waited_for_longer_each_time_until_it_comes(
     server: OpenAIServer,
 ) -> None:
@@ -497,3 +530,54 @@ async def test_offline_judging_waits_out_an_open_circuit(server: OpenAIServer) -
     finally:
         await daemon.aclose()
         await offline.aclose()
+
+
+@pytest.mark.parametrize("offline", [False, True])
+async def test_an_open_circuit_sheds_in_the_daemon_and_is_waited_out_offline(
+    server: OpenAIServer, offline: bool
+) -> None:
+    """Both calls of the first trace fail and open the circuit. The daemon's scoring sheds the
+    next sampled trace (counted circuit_open); offline scoring (``shed_load=False``) hands it to
+    the judge, whose calls wait for the probe, and it is judged."""
+    registry = CollectorRegistry()
+    config = JudgeConfig.model_validate(
+        {
+            "base_url": server.url,
+            "model": "judge-test",
+            "max_retries": 0,
+            "circuit_failure_threshold": 1,
+            "circuit_reset_seconds": 0.3,
+        }
+    )
+    judge = LLMJudge(config, JudgeMetrics(registry), wait_for_circuit=offline)
+    processor = ScoringProcessor(
+        tier0=HeuristicEvaluator(),
+        metrics=ScoringMetrics(registry, AgentLabels(10), 300.0),
+        sampler=Sampler(SamplingConfig(rate=1.0)),
+        judge=judge,
+        shed_load=not offline,
+    )
+    judged: dict[str, EvaluationResult] = {}
+
+    async def note(trace: Trace, result: EvaluationResult) -> None:
+        if result.evaluator == "llm":
+            judged[trace.trace_id] = result
+
+    processor.observers.append(note)
+    try:
+        server.push(Reply.error(500))
+        server.push(Reply.error(500))
+        await processor.process(judge_trace(1).model_copy(update={"conversation_id": None}))
+        assert judge.circuit_open
+        await processor.process(judge_trace(2).model_copy(update={"conversation_id": None}))
+        shed = registry.get_sample_value(
+            "ragmon_sampler_shed_total", {"agent": "support", "reason": "circuit_open"}
+        )
+        if offline:
+            assert not shed
+            assert judged["trace-2"].errors == [], "judged once the probe went"
+            assert all(score.measured for score in judged["trace-2"].scores.values())
+        else:
+            assert shed == 1 and "trace-2" not in judged
+    finally:
+        await judge.aclose()

@@ -131,6 +131,40 @@ def test_a_slow_judge_is_waited_for_and_nothing_is_shed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_an_open_circuit_is_waited_out_and_nothing_is_shed(tmp_path: Path) -> None:
+    """One trace at a time; both requests of the first fail and one failure opens the circuit
+    for a second. The daemon's judge would fail the calls that find it open (circuit_open);
+    offline they wait for the probe, and every other trace is judged."""
+    failures = [Reply.error(500), Reply.error(500)]
+
+    def first_two_fail(received: Received) -> Reply | None:
+        return failures.pop() if failures else None
+
+    result, rows = _score_with_judge(
+        tmp_path,
+        first_two_fail,
+        "--max-concurrency",
+        "1",
+        RAGMON_JUDGE__MAX_RETRIES="0",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="1",
+        RAGMON_JUDGE__CIRCUIT_RESET_SECONDS="1",
+    )
+    assert result.returncode == 3, result.stderr
+    assert _judge_line(result.stdout).endswith("judged 5; left unjudged 1 (judge_error 1)")
+    assert "circuit_open" not in result.stdout + result.stderr
+    assert '"state": "open"' in result.stderr, "the circuit did open"
+    judged = [r for r in rows if r["evaluator"] == "llm"]
+    assert len(judged) == 6
+    failed = {
+        str(r["trace_id"])
+        for r in judged
+        for score in r["scores"].values()  # type: ignore[attr-defined]
+        if score["value"] is None and score["reason"] in ("judge_error", "circuit_open")
+    }
+    assert len(failed) == 1, "only the first trace's calls failed"
+
+
+@pytest.mark.slow
 def test_the_timeout_flag_fixes_the_time_limit_of_every_request(tmp_path: Path) -> None:
     result, _rows = _score_with_judge(
         tmp_path,
