@@ -234,7 +234,7 @@ def assembly_memory(count: int) -> tuple[float, float]:
         value = bytes(bytearray(message))  # what a fetch hands over: a fresh object
         msg = RawMessage("spans", offset % 12, offset, None, value)
         token = PartToken(msg, msg, "otlp_proto")
-        for part in split_by_trace(value, "otlp_proto"):
+        for part in split_by_trace(value, "otlp_proto").parts:
             assembly.add(part, token, 0.0)
     assert assembly.assembler.pending == count
     _, peak = tracemalloc.get_traced_memory()

@@ -71,6 +71,9 @@ JUDGE_ONLY_NOTE = (
 TIER0_SUPPORT = ['metric="support"', 'evaluator="heuristic"']
 TIER0_MIN_DROP = 0.1
 EVALUATOR = 'evaluator=~"$evaluator"'
+# Scores of the judge's priority traces describe those traces, not the traffic: panels of means
+# and distributions leave them out (monitor/metrics_catalog.SELECTIONS).
+NOT_PRIORITY = 'selection!="priority"'
 
 # The store read through Grafana's PostgreSQL data source (docs/review.md, "Grafana: a table panel
 # over the store"): the worst recent answers, next to the metrics that raised the alert.
@@ -163,6 +166,45 @@ def rate(counter: str, by: str, matchers: list[str], window: str = "$__rate_inte
 def share(counter: str, by: str, part: list[str], whole: list[str], window: str) -> str:
     """part / whole of one counter, e.g. unsupported statements / all statements."""
     return f"{rate(counter, by, part, window)}\n/\n{rate(counter, by, whole, window)}"
+
+
+ESTIMATE_BY = "agent, metric, evaluator, quantity"
+Z95 = 1.96  # as the recording rules and monitor/estimates/estimator.py
+
+
+def estimate_term(term: str, matchers: list[str], window: str = "$window") -> str:
+    """One running sum of the population estimates over the window (all replicas)."""
+    s = sel(f'term="{term}"', *matchers)
+    return f"sum by ({ESTIMATE_BY}) (increase(ragmon_estimate_terms_total{s}[{window}]))"
+
+
+def ppi_estimate(matchers: list[str], window: str = "$window") -> tuple[str, str, str]:
+    """The prediction-powered estimate and its 95% bounds, as the recording rules compute them
+    (docs/metrics.md, "Population estimates"), over the dashboard's window."""
+
+    def t(term: str) -> str:
+        return estimate_term(term, matchers, window)
+
+    shift = f"(({t('y')} - {t('f')}) / ({t('m')} > 0))"
+    value = f"({t('predicted')} / ({t('traces')} > 0) + {shift})"
+    spread = (
+        f"({t('yy')} - 2 * {t('yf')} + {t('ff')})"
+        f" - 2 * {shift} * ({t('ym')} - {t('fm')})"
+        f" + {shift} ^ 2 * {t('mm')}"
+    )
+    stderr = (
+        f"(sqrt(clamp_min({t('clusters')} / ({t('clusters')} - 1 > 0) * ({spread}), 0)) / {t('m')})"
+    )
+    lower = f"clamp_min({value} - {Z95} * {stderr}, 0)"
+    upper = f"clamp_max({value} + {Z95} * {stderr}, 1)"
+    return value, lower, upper
+
+
+def uniform_estimate(matchers: list[str], window: str = "$window") -> str:
+    """The uniform draw's estimate alone (weighted by inverse inclusion probability)."""
+    return (
+        f"{estimate_term('y', matchers, window)}\n/\n({estimate_term('m', matchers, window)} > 0)"
+    )
 
 
 # --- panel builders -------------------------------------------------------------------------------
@@ -662,7 +704,9 @@ def dashboard(
 def quality_overview() -> dict[str, Any]:
     faithfulness = 'metric="faithfulness"'
     judged_faithfulness = mean(
-        "ragmon_evaluation_score_ratio", "agent", [faithfulness, 'evaluator=~"llm|ragas"', AGENT]
+        "ragmon_evaluation_score_ratio",
+        "agent",
+        [faithfulness, 'evaluator=~"llm|ragas"', NOT_PRIORITY, AGENT],
     )
     tier0_faithfulness = mean(
         "ragmon_evaluation_score_ratio", "agent", [faithfulness, 'evaluator="heuristic"', AGENT]
@@ -672,7 +716,11 @@ def quality_overview() -> dict[str, Any]:
         panels.append(
             stat(
                 f"{METRIC_TITLES[metric]} (mean)",
-                mean("ragmon_evaluation_score_ratio", "", [f'metric="{metric}"', AGENT, EVALUATOR]),
+                mean(
+                    "ragmon_evaluation_score_ratio",
+                    "",
+                    [f'metric="{metric}"', NOT_PRIORITY, AGENT, EVALUATOR],
+                ),
                 unit="percentunit",
                 threshold=THRESHOLDS.get(metric),
                 decimals=3,
@@ -708,6 +756,8 @@ def quality_overview() -> dict[str, Any]:
 
     panels += tier0_grounding_panels()
 
+    panels += population_estimate_panels()
+
     panels.append(row("Means by agent (histogram sum / count, exact across replicas)"))
     for metric in (
         "faithfulness",
@@ -723,7 +773,7 @@ def quality_overview() -> dict[str, Any]:
                         mean(
                             "ragmon_evaluation_score_ratio",
                             "agent, evaluator",
-                            [f'metric="{metric}"', AGENT, EVALUATOR],
+                            [f'metric="{metric}"', NOT_PRIORITY, AGENT, EVALUATOR],
                         ),
                         "{{agent}} ({{evaluator}})",
                         exemplar=True,
@@ -740,7 +790,9 @@ def quality_overview() -> dict[str, Any]:
                     )
                 ],
                 description=f"Mean {metric} over $window: sum of scores / count of scores, "
-                "summed over replicas first. The line is the alert threshold."
+                "summed over replicas first; the judge's from its uniform draw only (priority "
+                "traces left out), unweighted: the estimate over all traffic is in the row "
+                "above. The line is the alert threshold."
                 + (JUDGE_ONLY_NOTE if metric in JUDGE_ONLY_METRICS else ""),
                 no_value=JUDGE_ONLY_VALUE if metric in JUDGE_ONLY_METRICS else None,
             )
@@ -748,7 +800,7 @@ def quality_overview() -> dict[str, Any]:
 
     panels.append(row("Distribution (quantiles from the histogram buckets; exemplars = traces)"))
     for metric in ("faithfulness", "answer_relevancy", "context_precision"):
-        matchers = [f'metric="{metric}"', AGENT, EVALUATOR]
+        matchers = [f'metric="{metric}"', NOT_PRIORITY, AGENT, EVALUATOR]
         panels.append(
             timeseries(
                 f"{METRIC_TITLES[metric]}: p10 and median by agent",
@@ -794,7 +846,7 @@ def quality_overview() -> dict[str, Any]:
                         mean(
                             "ragmon_evaluation_score_ratio",
                             "evaluator",
-                            [f'metric="{metric}"', AGENT],
+                            [f'metric="{metric}"', NOT_PRIORITY, AGENT],
                         ),
                         "{{evaluator}}",
                         exemplar=True,
@@ -957,6 +1009,119 @@ def quality_overview() -> dict[str, Any]:
         panels,
         review_query="since=1h&metric=faithfulness&worst=20",
     )
+
+
+def population_estimate_panels() -> list[dict[str, Any]]:
+    """The judge's scores over all traffic: estimate and 95% band per agent, from tier 0 and the
+    judge's uniform draw (priority traces never count), with what they rest on."""
+    panels: list[dict[str, Any]] = [
+        row("Population estimates: the judge's scores over all traffic (estimate and 95% band)")
+    ]
+    shown = (
+        ("faithfulness", "mean", THRESHOLDS["faithfulness"], "Faithfulness"),
+        ("faithfulness", "below", None, "Share of answers below the faithfulness threshold"),
+        ("answer_relevancy", "mean", THRESHOLDS["answer_relevancy"], "Answer relevancy"),
+        ("context_relevancy", "mean", THRESHOLDS["context_relevancy"], "Context relevancy"),
+    )
+    for metric, quantity, threshold, title in shown:
+        matchers = [f'metric="{metric}"', f'quantity="{quantity}"', AGENT]
+        value, lower, upper = ppi_estimate(matchers)
+        panels.append(
+            timeseries(
+                f"{title}: estimate over all traffic",
+                [
+                    target(value, "{{agent}} estimate"),
+                    target(lower, "{{agent}} lower 95%", ref="B"),
+                    target(upper, "{{agent}} upper 95%", ref="C"),
+                    target(uniform_estimate(matchers), "{{agent}} uniform draw only", ref="D"),
+                ],
+                unit="percentunit",
+                minimum=0,
+                maximum=1,
+                threshold=threshold,
+                low_is_bad=quantity == "mean",
+                dashed="(lower|upper) 95%$",
+                links=[
+                    review_link(
+                        "Worst answers of ${__field.labels.agent}",
+                        f"agent=${{__field.labels.agent}}&metric={metric}&since=1h&worst=20",
+                    )
+                ],
+                description="Prediction-powered estimate over $window: tier 0's calibrated "
+                "prediction averaged over every trace, plus the judge's mean difference from it "
+                "on the uniform draw of conversations; dashed: its 95% interval "
+                "(conversations as the unit). The uniform draw's own estimate is shown beside "
+                'it; priority traces never count. docs/metrics.md, "Population estimates".'
+                + (JUDGE_ONLY_NOTE if metric in JUDGE_ONLY_METRICS else ""),
+                no_value="No data: needs the LLM judge and judged traces of the uniform draw",
+            )
+        )
+    judged = [
+        target(
+            rate(
+                "ragmon_sampler_decisions_total",
+                "outcome",
+                ['outcome=~"sampled|priority|priority_capped"', AGENT],
+                "$window",
+            )
+            + " * 3600",
+            "{{outcome}}",
+        ),
+        target(
+            rate("ragmon_sampler_priorities_total", "reason", [AGENT], "$window") + " * 3600",
+            "priority rule {{reason}}",
+            ref="B",
+        ),
+    ]
+    means = ['quantity="mean"', AGENT]
+    panels += [
+        timeseries(
+            "Judged per hour: uniform draw, priorities, capped",
+            judged,
+            unit="short",
+            width=8,
+            description="sampled: the uniform draw (what the estimates rest on); priority: "
+            "judged for a priority rule only (review, never the estimates); priority_capped: "
+            "priorities the cap sampling.priority_max_share skipped; and the priority rules "
+            "matched, drawn or not.",
+        ),
+        timeseries(
+            "Judge minus tier 0 on the uniform draw (correction)",
+            [
+                target(
+                    f"({estimate_term('y', means)} - {estimate_term('f', means)})\n/\n"
+                    f"({estimate_term('m', means)} > 0)",
+                    "{{agent}} {{metric}}",
+                )
+            ],
+            unit="percentunit",
+            width=8,
+            description="How far the judge's scores are above tier 0's calibrated prediction on "
+            "the uniform draw; near 0 when the calibration tracks the judge. A lasting gap is "
+            "corrected in the estimate, and narrows as the calibration follows.",
+        ),
+        timeseries(
+            "Tier-0 calibration: judged traces and age (per replica, largest)",
+            [
+                target(
+                    "max by (metric, language) (ragmon_estimate_calibration_labels)",
+                    "{{metric}} {{language}} labels",
+                ),
+                target(
+                    "max by (metric, language) (ragmon_estimate_calibration_age_seconds)",
+                    "{{metric}} {{language}} age (s)",
+                    ref="B",
+                ),
+            ],
+            unit="short",
+            width=8,
+            description="Judged traces each calibration (per judge metric and answer "
+            "language) is fitted on, and seconds since it last took one in. Per replica: the "
+            "largest is shown. Under estimates.calibration_min_labels the prediction is a "
+            "constant and the estimate is the uniform draw's.",
+        ),
+    ]
+    return panels
 
 
 def _unmeasurable_input_panels() -> list[dict[str, Any]]:
@@ -1489,8 +1654,11 @@ def operations() -> dict[str, Any]:
             [
                 target("sum(ragmon_ready)", "ready"),
                 target("count(ragmon_build_info)", "running"),
+                target("sum by (stage) (ragmon_stuck_partitions)", "stuck partitions ({{stage}})"),
             ],
             width=8,
+            description="Stuck partitions: the oldest unfinished message has not finished for "
+            "kafka.stuck_seconds (/readyz names them; alert RagmonStageStuck).",
         ),
     ]
     panels.append(row("Kafka"))

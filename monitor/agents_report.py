@@ -3,32 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from scipy import stats  # type: ignore[import-untyped]
 
 from monitor.evaluators.multiturn import AgentSummary, TurnRecord
-
-_DURATION = re.compile(r"^(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """`24h`, `90m`, `7d` before now, or an ISO timestamp."""
-    now = now or datetime.now(UTC)
-    match = _DURATION.match(text.strip())
-    if match:
-        return now - timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"--since must look like 24h, 90m, 7d or an ISO time, not {text!r}"
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def records_from_rows(rows: list[dict[str, Any]]) -> list[TurnRecord]:

@@ -6,6 +6,8 @@ This is the only module that connects source, decoding, processing and export.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -21,6 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.command import ExitCode
 from monitor.config import Settings
+from monitor.estimates.calibration import Calibrations
+from monitor.estimates.recorder import EstimateRecorder
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.llm import LLMJudge
@@ -33,16 +37,20 @@ from monitor.golden.service import golden_service
 from monitor.http import HttpServer, Probes, build_app
 from monitor.pipeline.conversation import ConversationMetrics, ConversationTracker
 from monitor.pipeline.ingest import Ingest
-from monitor.pipeline.scoring import ScoringProcessor
+from monitor.pipeline.scoring import ScoringProcessor, scored_whole
 from monitor.pipeline.stage import TraceProcessor
-from monitor.retry import RetryMetrics
+from monitor.retry import FailingCalls, RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
+from monitor.shutdown import PRODUCER_CLOSE_SECONDS, Close, ShutdownClock
+from monitor.sinks.conversations import ConversationStore
 from monitor.sinks.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
 from monitor.sinks.metrics import Metrics
+from monitor.sinks.produce import ProduceRejected
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.store import Store, StoreGoldenSink
+from monitor.sinks.verdicts import StoredVerdicts
 from monitor.sinks.writer import TopicWriter
 from monitor.sources.file import read_lines
 from monitor.sources.kafka import KafkaSource, producer_kwargs
@@ -52,14 +60,17 @@ from monitor.sources.otlp_stage import (
     KafkaOtlpStage,
     LocalIntake,
     OtlpMetrics,
+    ScoredWhole,
     SpanForwarder,
 )
+from monitor.sources.progress import StageWatch
 from monitor.sources.topic_admin import ensure_internal_topics
 from monitor.telemetry import build_tracer
 
 log = structlog.get_logger(__name__)
 
 MAINTENANCE_SECONDS = 10.0
+WATCH_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,15 @@ class Daemon:
         self.otlp_metrics = OtlpMetrics(self.metrics.registry)
         self.tracker = OffsetTracker()  # the scoring stage's offsets
         self.otlp_tracker = OffsetTracker()  # the OTLP stage's
+        self.failing = FailingCalls()  # writes retrying right now
+        self.progress = StageWatch(
+            {"scoring": self.tracker, "otlp": self.otlp_tracker},
+            settings.kafka.stuck_seconds,
+            self.failing,
+            self.metrics,
+        )
+        self.shutdown = ShutdownClock(settings.shutdown.deadline_seconds)
+        self.failure: ProduceRejected | None = None
         self._dead_letters_override = dead_letters
         self._stop = asyncio.Event()
         self._heartbeats: dict[str, float] = {"scoring": time.monotonic()}
@@ -114,8 +134,19 @@ class Daemon:
 
     def request_stop(self) -> None:
         if not self._stop.is_set():
-            log.info("stop requested; finishing in-flight work")
+            log.info(
+                "stop requested; finishing in-flight work",
+                deadline_seconds=self.settings.shutdown.deadline_seconds,
+            )
+            self.shutdown.start()
         self._stop.set()
+
+    def fail(self, failure: ProduceRejected) -> None:
+        """A write the cluster refuses for good: stop (the message stays uncommitted)."""
+        if self.failure is None:
+            self.failure = failure
+            log.error("stopping: a write cannot succeed", error=str(failure))
+        self.request_stop()
 
     def _healthy(self) -> tuple[bool, str]:
         now = time.monotonic()
@@ -123,9 +154,12 @@ class Daemon:
         stalled = now - beat
         if stalled <= self.settings.http.health_stall_seconds:
             return True, "ok"
+        # Held up by something outside the process, not wedged: a restart would not help.
         if loop == "scoring" and self._reading_held_back():
-            # Held up by a slow sink, not stuck: a restart would not help.
             return True, "waiting for in-flight traces to finish (backpressure)"
+        write = self.failing.oldest()
+        if write is not None:
+            return True, f"waiting for a {write.operation} write that keeps failing ({write.error})"
         return False, f"{loop} consume loop stalled for {stalled:.0f}s"
 
     def _reading_held_back(self) -> bool:
@@ -154,6 +188,9 @@ class Daemon:
                 )
         if self.store is not None and self.store.unavailable_since is not None:
             return False, "results store unavailable"
+        problem = self.progress.problem()
+        if problem is not None:
+            return False, problem
         return True, f"{assigned} partitions assigned"
 
     async def run(self) -> ExitCode:
@@ -161,7 +198,10 @@ class Daemon:
         async with AsyncExitStack() as stack:
             if provider is not None:
                 # Flushing exports over HTTP; off the event loop so nothing stalls meanwhile.
-                stack.push_async_callback(asyncio.to_thread, provider.shutdown)
+                flush = self.shutdown.bounded(
+                    "telemetry", lambda: asyncio.to_thread(provider.shutdown)
+                )
+                stack.push_async_callback(flush)
             app = build_app(self.metrics.registry, Probes(self._healthy, self._ready))
             token = self.settings.http.review_token
             add_review_routes(
@@ -174,7 +214,7 @@ class Daemon:
             )
             self.http = HttpServer(app, self.settings.http.host, self.settings.http.port)
             await self.http.start()
-            stack.push_async_callback(self.http.stop)
+            stack.push_async_callback(self.shutdown.bounded("http server", self.http.stop))
             log.info("http server listening", host=self.settings.http.host, port=self.http.port)
             if self.source_spec.kind == "file":
                 processor = await self._start_services(stack, producer_kwargs=None)
@@ -191,10 +231,14 @@ class Daemon:
                 producer = KafkaDeadLetters(
                     self.settings.kafka.dlq_topic,
                     kafka_kwargs,
+                    self.settings.kafka.max_message_bytes,
                     RetryMetrics.of(self.metrics.registry),
+                    self.failing,
                 )
                 await producer.start()
-                stack.push_async_callback(producer.stop)
+                stack.push_async_callback(
+                    self.shutdown.bounded("dead letters", producer.stop, PRODUCER_CLOSE_SECONDS)
+                )
                 dead_letters = producer
             return await self._run_kafka(stack, processor, dead_letters, tracer, kafka_kwargs)
 
@@ -208,8 +252,9 @@ class Daemon:
             output=ingest.dispatch_assembled,
             finish=ingest.finish_messages,
             awaits_events=True,  # a replay may carry log exports anywhere in it
+            scored_whole=self._scored_whole(),
         )
-        return LocalIntake(assembly, self.tracker, self.metrics, ingest.reject)
+        return LocalIntake(assembly, self.tracker, self.metrics, ingest.reject, dead_letters)
 
     async def _run_kafka(
         self,
@@ -226,10 +271,19 @@ class Daemon:
         if config.otlp_stage_enabled:
             await ensure_internal_topics(self.settings)
             writer = TopicWriter(
-                kafka_kwargs, config.max_message_bytes, RetryMetrics.of(self.metrics.registry)
+                kafka_kwargs,
+                config.max_message_bytes,
+                RetryMetrics.of(self.metrics.registry),
+                settings={
+                    config.effective_spans_topic: "kafka.spans_topic",
+                    config.effective_traces_topic: "kafka.traces_topic",
+                },
+                failing=self.failing,
             )
             await writer.start()
-            stack.push_async_callback(writer.stop)
+            stack.push_async_callback(
+                self.shutdown.bounded("internal topics", writer.stop, PRODUCER_CLOSE_SECONDS)
+            )
             ingest.attach_otlp(
                 SpanForwarder(
                     writer,
@@ -237,6 +291,7 @@ class Daemon:
                     self.metrics,
                     ingest.finish_messages,
                     ingest.reject,
+                    dead_letters,
                 )
             )
             scoring_topics.append(config.effective_traces_topic)
@@ -247,6 +302,7 @@ class Daemon:
                 tracker=self.otlp_tracker,
                 writer=writer,
                 dead_letters=dead_letters,
+                scored_whole=self._scored_whole(),
             )
             otlp_source = KafkaSource(
                 config,
@@ -279,15 +335,18 @@ class Daemon:
                 self._sources.append(source)
             unfreeze = _freeze_startup_heap()
             try:
-                return await self._consume(scoring, ingest, otlp_source)
+                await self._consume(scoring, ingest, otlp_source)
             finally:
                 unfreeze()
         finally:
             self._sources = []
             for source in sources:
-                await source.stop()
+                # What finished is committed even when the loops were cancelled; never more.
+                await self.shutdown.bounded(f"{source.name} commit", source.commit)()
+                await self.shutdown.bounded(f"{source.name} consumer", source.stop)()
             self.metrics.ready.set(0)
             log.info("left the consumer groups")
+        return ExitCode.UNAVAILABLE if self.failure is not None else ExitCode.OK
 
     async def _start_services(
         self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
@@ -316,14 +375,26 @@ class Daemon:
         """The given processing stage, or the scoring stage with its sinks (and the stage)."""
         if self._processor_override is not None:
             return self._processor_override, None
-        stage = await build_scoring_stage(self.settings, self.metrics, stack, producer_kwargs)
+        stage = await build_scoring_stage(
+            self.settings,
+            self.metrics,
+            stack,
+            producer_kwargs,
+            failing=self.failing,
+            shutdown=self.shutdown,
+        )
         self.store, self.conversations = stage.store, stage.tracker
-        stack.push_async_callback(stage.tracker.flush)
         return stage.processor, stage
+
+    def _scored_whole(self) -> ScoredWhole | None:
+        """Whether the store has a whole trace's result (None without a store)."""
+        if self.store is None:
+            return None
+        return functools.partial(scored_whole, self.store, HeuristicEvaluator.name)
 
     async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.conversations is not None:
-            await self.conversations.forget_all()
+            self.conversations.forget_all()
 
     async def _on_otlp_revoking(self, revoked: set[TopicPartition]) -> None:
         if self.otlp_stage is not None:
@@ -362,12 +433,15 @@ class Daemon:
             max_in_flight=kafka.max_in_flight,
             assembled_topics=frozenset({kafka.effective_traces_topic}),
             text_lines=text_lines,
+            on_fatal=self.fail,
         )
         return self._active_ingest
 
     async def _consume(
         self, scoring: KafkaSource, ingest: Ingest, otlp_source: KafkaSource | None
-    ) -> ExitCode:
+    ) -> None:
+        """Run the consume loops until a stop; what still runs at the drain deadline (a write
+        that keeps failing, a trace waiting for the judge) is cancelled."""
         self.started.set()
         log.info(
             "consuming",
@@ -376,11 +450,34 @@ class Daemon:
             otlp_topics=otlp_source.topics if otlp_source is not None else [],
             otlp_group=otlp_source.group_id if otlp_source is not None else None,
         )
-        async with asyncio.TaskGroup() as loops:
-            loops.create_task(self._scoring_loop(scoring, ingest))
-            if otlp_source is not None and self.otlp_stage is not None:
-                loops.create_task(self._otlp_loop(otlp_source, self.otlp_stage))
-        return ExitCode.OK
+
+        async def loops() -> None:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._scoring_loop(scoring, ingest))
+                if otlp_source is not None and self.otlp_stage is not None:
+                    group.create_task(self._otlp_loop(otlp_source, self.otlp_stage))
+                group.create_task(self._watch())
+
+        running = asyncio.create_task(loops())
+        stopping = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not running.done():
+                left = self.shutdown.drain_deadline() - time.monotonic()
+                await asyncio.wait({running}, timeout=max(0.0, left))
+        finally:
+            stopping.cancel()
+            if not running.done():
+                write = self.failing.oldest()
+                log.warning(
+                    "shutdown deadline: cancelling what still runs; it is read again",
+                    unfinished_traces=ingest.in_flight,
+                    failing_write=f"{write.operation}: {write.error}" if write else None,
+                )
+                running.cancel()
+                await asyncio.wait({running})
+        if not running.cancelled():
+            running.result()  # the loops' own errors
 
     async def _scoring_loop(self, kafka: KafkaSource, ingest: Ingest) -> None:
         while not self._stop.is_set():
@@ -388,12 +485,15 @@ class Daemon:
             self.metrics.ready.set(1 if self._ready()[0] else 0)
             messages = await kafka.fetch(timeout_ms=500)
             if messages and not self._stop.is_set():
-                await ingest.handle_batch(messages)
+                try:
+                    await ingest.handle_batch(messages)
+                except ProduceRejected as exc:
+                    self.fail(exc)
+                    break
             await ingest.tick()
             await kafka.commit_if_due()
             await self._maintain()
-        deadline = time.monotonic() + self.settings.shutdown.deadline_seconds
-        finished = await ingest.drain(deadline)
+        finished = await ingest.drain(self.shutdown.drain_deadline())
         if not finished:
             log.warning(
                 "shutdown deadline passed; unfinished traces will be re-read",
@@ -408,11 +508,22 @@ class Daemon:
         while not self._stop.is_set():
             self._heartbeats["otlp"] = time.monotonic()
             messages = await kafka.fetch(timeout_ms=500)
-            if messages and not self._stop.is_set():
-                await stage.handle_batch(messages)
-            await stage.tick()
+            try:
+                if messages and not self._stop.is_set():
+                    await stage.handle_batch(messages)
+                await stage.tick()
+            except ProduceRejected as exc:
+                self.fail(exc)
+                break
             await kafka.commit_if_due()
         await kafka.commit()
+
+    async def _watch(self) -> None:
+        """Whether the stages make progress: the stuck gauge, readiness, a log line a minute."""
+        while not self._stop.is_set():
+            self.progress.check()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), WATCH_SECONDS)
 
     async def _run_file(self, ingest: Ingest) -> ExitCode:
         assert self.source_spec.path is not None
@@ -429,9 +540,7 @@ class Daemon:
                 await ingest.handle_batch(batch)
                 await ingest.tick()
             await ingest.drain(
-                float("inf")
-                if not self._stop.is_set()
-                else time.monotonic() + self.settings.shutdown.deadline_seconds
+                float("inf") if not self._stop.is_set() else self.shutdown.drain_deadline()
             )
         finally:
             self._file_running = False
@@ -471,25 +580,39 @@ async def build_scoring_stage(
     producer_kwargs: dict[str, Any] | None,
     *,
     judge_everything: bool = False,
+    failing: FailingCalls | None = None,
+    shutdown: ShutdownClock | None = None,
 ) -> ScoringStage:
     """Tier 0, the sampler, the judge when configured, and the store and results sinks.
 
-    Everything opened is closed by `stack`. `judge_everything` (offline scoring) samples every
-    trace and sheds none for load (the judge waits out an open circuit instead);
-    `producer_kwargs` None means no results topic (the file source and offline scoring).
+    Everything opened is closed by `stack` (each close waiting no longer than the `shutdown`
+    deadline, when given). `judge_everything` (offline scoring) samples every trace and sheds
+    none for load (the judge waits out an open circuit instead); `producer_kwargs` None means
+    no results topic (the file source and offline scoring). `failing` registers the results
+    topic's writes while they retry.
     """
+
+    def closing(what: str, close: Close, at_most: float | None = None) -> Close:
+        return shutdown.bounded(what, close, at_most) if shutdown is not None else close
+
     store = None
     if settings.store.enabled:
         store = await Store.open(
             settings.store.url.get_secret_value(),
             retry_metrics=RetryMetrics.of(metrics.registry),
         )
-        stack.push_async_callback(store.close)
+        stack.push_async_callback(closing("store", store.close))
     publisher = None
     if producer_kwargs is not None and settings.results.topic:
-        publisher = ResultsPublisher(settings.results.topic, producer_kwargs)
+        publisher = ResultsPublisher(
+            settings.results.topic,
+            producer_kwargs,
+            settings.kafka.max_message_bytes,
+            RetryMetrics.of(metrics.registry),
+            failing,
+        )
         await publisher.start()
-        stack.push_async_callback(publisher.stop)
+        stack.push_async_callback(closing("results", publisher.stop, PRODUCER_CLOSE_SECONDS))
     sampling = settings.sampling
     if judge_everything:
         sampling = sampling.model_copy(update={"rate": 1.0, "agent_rates": {}, "queue_size": 10**9})
@@ -515,13 +638,18 @@ async def build_scoring_stage(
                 settings.judge,
                 judge_metrics,
                 budget=sampler.budget,
+                verdicts=StoredVerdicts(store) if store is not None else None,
                 wait_for_circuit=judge_everything,
             )
-        stack.push_async_callback(judge.aclose)
+        stack.push_async_callback(closing("judge", judge.aclose))
+    conversation_metrics = ConversationMetrics(metrics.registry, metrics.agent_label)
+    estimates = None
+    if judge is not None:
+        estimates = _estimate_recorder(settings, metrics, scoring_metrics, judge.name)
     tracker = ConversationTracker(
         settings.conversations,
-        ConversationMetrics(metrics.registry, metrics.agent_label),
-        store=store,
+        conversation_metrics,
+        store=ConversationStore(store) if store is not None else None,
         judge=judge if isinstance(judge, LLMJudge) else None,  # turn judgements: own prompts
     )
     processor = ScoringProcessor(
@@ -536,6 +664,28 @@ async def build_scoring_stage(
         results_redactor=redactor if settings.redact.results_topic and redactor.enabled else None,
         conversations=tracker,
         on_skip=lambda reason: metrics.traces_skipped.labels(reason).inc(),
+        count_constraints=conversation_metrics.count_constraint_checks,  # traces without one
+        estimates=estimates,
         shed_load=not judge_everything,
     )
     return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget, judge)
+
+
+def _estimate_recorder(
+    settings: Settings, metrics: Metrics, scoring_metrics: ScoringMetrics, evaluator: str
+) -> EstimateRecorder:
+    """The population estimates' sums, with their calibrations exported on the registry."""
+    config = settings.estimates
+    calibrations = Calibrations(
+        config.thresholds, config.calibration_window, config.calibration_min_labels
+    )
+    metrics.registry.register(calibrations)
+    return EstimateRecorder(
+        evaluator=evaluator,
+        config=config,
+        terms=scoring_metrics.estimate_terms,
+        agent_label=metrics.agent_label,
+        calibrations=calibrations,
+        max_conversations=settings.conversations.max_conversations,
+        idle_seconds=settings.conversations.idle_seconds,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,7 +45,9 @@ class HttpBindError(Exception):
         self.host = host
         self.port = port
         self.error = error
-        reason = error.strerror or str(error)
+        # asyncio's strerror repeats the address ("error while attempting to bind on address
+        # ('0.0.0.0', 9820): address already in use"): the errno's own text says it once.
+        reason = os.strerror(error.errno) if error.errno else str(error)
         super().__init__(f"cannot listen on {host}:{port}: {reason.lower()}")
 
 

@@ -134,12 +134,17 @@ DEAD_LETTER_REASONS = (
     "empty_message",
     "otlp_undecodable",
     "otlp_unmappable",
+    "too_many_spans",
     "processing_error",
+    "trace_id_conflict",
+    "store_rejected",
 )
 OK_ERROR = ("ok", "error")
+WRITE_OUTCOMES = ("ok", "error", "unchanged")
 RetryOperation = Literal[
     "dead_letters",  # producing a dead letter (until acknowledged)
     "internal_topics",  # producing to the daemon's own topics (until acknowledged)
+    "results",  # producing to the results topic (until acknowledged)
     "store",  # the results store while its database is away (until it answers)
     "judge_chat",  # a judge chat call (bounded: judge.max_retries)
     "judge_embeddings",  # a judge embeddings request (bounded: judge.max_retries)
@@ -151,6 +156,10 @@ JUDGE_REQUEST_OUTCOMES: tuple[JudgeRequestOutcome, ...] = get_args(JudgeRequestO
 JudgeEndpoint = Literal["chat", "embeddings"]
 JUDGE_ENDPOINTS: tuple[JudgeEndpoint, ...] = get_args(JudgeEndpoint)
 GOLDEN_RUN_OUTCOMES = ("passed", "failed", "error")  # golden.results.Outcome
+# Which traces a score comes from: every trace (tier 0), the judge's uniform draw, or the
+# judge's priorities (models.Selection).
+SELECTIONS = ("all", "uniform", "priority")
+ESTIMATE_QUANTITIES = ("mean", "below")
 
 # --- buckets --------------------------------------------------------------------------------------
 
@@ -291,6 +300,16 @@ REBALANCES = _declare(
 READY = _declare(
     MetricSpec("ragmon_ready", Gauge, "1 when the source is consuming (same as /readyz).")
 )
+STUCK_PARTITIONS = _declare(
+    MetricSpec(
+        "ragmon_stuck_partitions",
+        Gauge,
+        "Partitions of a stage whose lowest unfinished message has not finished for "
+        "kafka.stuck_seconds (the stage makes no progress there while it has work).",
+        ("stage",),
+        preset={"stage": ("scoring", "otlp")},
+    )
+)
 RETRIES = _declare(
     MetricSpec(
         "ragmon_retries_total",
@@ -308,7 +327,7 @@ EVALUATION_SCORE = _declare(
         "ragmon_evaluation_score_ratio",
         Histogram,
         "Measured scores in [0, 1].",
-        ("agent", "metric", "evaluator"),
+        ("agent", "metric", "evaluator", "selection"),
         buckets=SCORE_BUCKETS,
     )
 )
@@ -317,7 +336,7 @@ EVALUATION_SCORE_MEAN = _declare(
         "ragmon_evaluation_score_mean_ratio",
         Gauge,
         "Mean score over the rolling window, per replica (use the histogram across replicas).",
-        ("agent", "metric", "evaluator"),
+        ("agent", "metric", "evaluator", "selection"),
         collected=True,
     )
 )
@@ -361,6 +380,14 @@ SAMPLER_DECISIONS = _declare(
         ("agent", "outcome"),
     )
 )
+SAMPLER_PRIORITIES = _declare(
+    MetricSpec(
+        "ragmon_sampler_priorities_total",
+        Counter,
+        "Traces matching a priority rule for the judge, by rule.",
+        ("agent", "reason"),
+    )
+)
 SAMPLER_SHED = _declare(
     MetricSpec(
         "ragmon_sampler_shed_total",
@@ -375,6 +402,32 @@ SAMPLER_EFFECTIVE_RATE = _declare(
         Gauge,
         "Sampling rate in force after load shedding.",
         ("agent",),
+    )
+)
+ESTIMATE_TERMS = _declare(
+    MetricSpec(
+        "ragmon_estimate_terms_total",
+        Counter,
+        "Running sums the population estimates of the judge's scores are computed from.",
+        ("agent", "metric", "evaluator", "quantity", "term"),
+    )
+)
+ESTIMATE_CALIBRATION_LABELS = _declare(
+    MetricSpec(
+        "ragmon_estimate_calibration_labels",
+        Gauge,
+        "Judged traces the tier-0 calibration is fitted on, per replica.",
+        ("metric", "language"),
+        collected=True,
+    )
+)
+ESTIMATE_CALIBRATION_AGE = _declare(
+    MetricSpec(
+        "ragmon_estimate_calibration_age_seconds",
+        Gauge,
+        "Seconds since the tier-0 calibration last took in a judged trace, per replica.",
+        ("metric", "language"),
+        collected=True,
     )
 )
 JUDGE_QUEUE_DEPTH = _declare(
@@ -471,18 +524,18 @@ RESULTS_PUBLISHED = _declare(
     MetricSpec(
         "ragmon_results_published_total",
         Counter,
-        "Results written to the results topic.",
+        "Results written to the results topic (unchanged: re-processed, the same, not sent).",
         ("outcome",),
-        preset={"outcome": OK_ERROR},
+        preset={"outcome": WRITE_OUTCOMES},
     )
 )
 STORE_WRITES = _declare(
     MetricSpec(
         "ragmon_store_writes_total",
         Counter,
-        "Results written to the store.",
+        "Results written to the store (unchanged: re-processed, the same, not written).",
         ("outcome",),
-        preset={"outcome": OK_ERROR},
+        preset={"outcome": WRITE_OUTCOMES},
     )
 )
 

@@ -127,6 +127,41 @@ class ConstraintVerdict(_Strict):
     reason: str | None = None
 
 
+PriorityReason = Literal["no_contexts", "negative_feedback", "cross_language", "low_support"]
+
+
+class Prediction(_Strict):
+    """Tier 0's calibrated prediction of one judge metric for one trace, made before the judge
+    answered: the expected judge score (`mean`) and the chance it falls below the metric's
+    threshold (`below`)."""
+
+    mean: float
+    below: float
+
+
+class Selection(_Strict):
+    """Why the judge saw a trace, or did not (docs/metrics.md, "Population estimates").
+
+    `uniform`: in the uniform draw (a hash of the conversation id under the rate in force),
+    decided independently of any priority, so these traces are a sample of all traffic;
+    `inclusion_probability`: that rate when the decision was made (load lowers it);
+    `priority`: the priority rule the trace matched, if any (judged beyond the rate unless
+    `priority_capped`: the cap on the share of traffic priorities may add skipped it);
+    `predictions`: tier 0's calibrated predictions, per judge metric, recorded when made.
+    """
+
+    uniform: bool
+    inclusion_probability: float = Field(ge=0.0, le=1.0)
+    priority: PriorityReason | None = None
+    priority_capped: bool = False
+    predictions: dict[str, Prediction] = Field(default_factory=dict)
+
+    @property
+    def judged(self) -> bool:
+        """Whether this selection sends the trace to the judge."""
+        return self.uniform or (self.priority is not None and not self.priority_capped)
+
+
 class EvaluationResult(_Strict):
     """One result per (trace_id, evaluator); a re-score overwrites, never duplicates."""
 
@@ -144,6 +179,7 @@ class EvaluationResult(_Strict):
     tokens: Usage | None = None
     latency_ms: float | None = None
     errors: list[str] = Field(default_factory=list)
+    selection: Selection | None = None  # why the judge saw the trace (with a judge configured)
 
     @classmethod
     def of_trace(

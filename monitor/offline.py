@@ -19,7 +19,9 @@ from typing import IO
 
 from prometheus_client import CollectorRegistry
 
+from monitor.messages import RawMessage
 from monitor.models import Trace
+from monitor.offline_otlp import LineKind, line_kind
 from monitor.sources.file import input_problem, split_lines
 from monitor.sources.native import DecodeError, decode_native
 
@@ -47,15 +49,26 @@ def check_paths(input_path: str, output: Path) -> None:
         raise InputError(f"--output {output}: permission denied")
 
 
-def read_traces(path: str, errors: IO[str]) -> tuple[list[Trace], int]:
-    """Native traces of a JSONL file (`-` for stdin); bad lines are reported, not fatal.
+@dataclass
+class FileInput:
+    """What `read_traces` found: native traces, the OTLP/JSON lines (assembled afterwards, see
+    :mod:`monitor.offline_otlp`), and how many lines it rejected."""
 
-    Lines are read with a bound: one longer than MAX_LINE_BYTES is rejected (`too_large`)
-    without being held in memory whole.
+    traces: list[Trace] = field(default_factory=list)
+    otlp: list[tuple[RawMessage, LineKind]] = field(default_factory=list)
+    rejected: int = 0
+
+
+def read_traces(path: str, errors: IO[str], otlp: bool = True) -> FileInput:
+    """The traces of a JSONL file (`-` for stdin); bad lines are reported, not fatal.
+
+    Native lines are decoded here; with `otlp` (the `auto` format, as the file replay reads),
+    OTLP/JSON lines are kept for assembly. Lines are read with a bound: one longer than
+    MAX_LINE_BYTES is rejected (`too_large`) without being held in memory whole.
     """
     stream = sys.stdin.buffer if path == "-" else Path(path).open("rb")  # noqa: SIM115
-    traces: list[Trace] = []
-    rejected = 0
+    found = FileInput()
+    label = "stdin" if path == "-" else path
     try:
         for number, line in enumerate(split_lines(stream, MAX_LINE_BYTES), start=1):
             if not line.value.strip():
@@ -63,16 +76,21 @@ def read_traces(path: str, errors: IO[str]) -> tuple[list[Trace], int]:
             try:
                 if line.size > MAX_LINE_BYTES:
                     raise DecodeError("too_large", f"{line.size} bytes, limit {MAX_LINE_BYTES}")
-                traces.append(decode_native(line.value, MAX_LINE_BYTES))
+                kind = line_kind(line.value) if otlp else "native"
+                if kind == "native":
+                    found.traces.append(decode_native(line.value, MAX_LINE_BYTES))
+                else:
+                    message = RawMessage(label, 0, number, None, line.value)
+                    found.otlp.append((message, kind))
             except DecodeError as exc:
-                rejected += 1
+                found.rejected += 1
                 errors.write(
                     json.dumps({"line": number, "reason": exc.reason, "error": exc.detail}) + "\n"
                 )
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
-    return traces, rejected
+    return found
 
 
 # ------------------------------------------------------------------------------- the summary
@@ -191,10 +209,12 @@ class RunSummary:
         sampled, priority = self.decisions[("sampled",)], self.decisions[("priority",)]
         shed = sum(self.shed.values())
         skipped = self.decisions[("skipped",)]
+        capped = self.decisions[("priority_capped",)]
         selected = sampled + priority + shed
         parts = [
             f"judge: {selected} traces selected (sampled {sampled}, priority {priority}),"
             f" {skipped} not in the sample"
+            + (f", {capped} priorities over sampling.priority_max_share" if capped else "")
         ]
         if shed:
             parts.append(f"shed {shed} ({_listing(self.shed)})")

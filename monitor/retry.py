@@ -17,12 +17,15 @@ client. A policy repeats an operation while `retry_on` says its failure is worth
   how many attempts it made.
 - Each retry is logged (``retrying``, with the operation, attempt and wait) and counted in
   ``ragmon_retries_total{operation}`` (:class:`RetryMetrics`).
+- A policy given a :class:`FailingCalls` registers every call while it is retrying, so that
+  readiness can say which write has been failing, since when and why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -77,6 +80,37 @@ class RetriesExhausted(Exception):
         self.retry_after = retry_after
 
 
+@dataclass(frozen=True, slots=True)
+class Failing:
+    """A call that is retrying: what it is, since when (monotonic) and its last failure."""
+
+    operation: Operation
+    since: float
+    error: str
+
+
+class FailingCalls:
+    """The calls of some retry policies that are failing right now (not thread-safe)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._calls: dict[object, Failing] = {}
+
+    def failed(self, call: object, operation: Operation, error: BaseException) -> None:
+        """`call` failed and will be tried again; the first failure of a call sets `since`."""
+        known = self._calls.get(call)
+        since = known.since if known is not None else self._clock()
+        self._calls[call] = Failing(operation, since, f"{type(error).__name__}: {error}"[:300])
+
+    def ended(self, call: object) -> None:
+        """`call` succeeded or gave up."""
+        self._calls.pop(call, None)
+
+    def oldest(self) -> Failing | None:
+        """The call failing for the longest time, if any."""
+        return min(self._calls.values(), key=lambda f: f.since, default=None)
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Full-jitter exponential backoff: retry ``n`` waits ``uniform(0, cap(n))``."""
@@ -113,6 +147,7 @@ class RetryPolicy:
     metrics: RetryMetrics | None = None
     log_level: LogLevel = "warning"
     on_retry: Callable[[BaseException], None] | None = None
+    failing: FailingCalls | None = None
     sleep: Sleep = asyncio.sleep
     rng: random.Random = field(default_factory=random.Random)
 
@@ -124,15 +159,25 @@ class RetryPolicy:
         """Run `operation` until it succeeds, fails for good or the policy gives up; `context`
         is added to the retry log lines."""
         # A new AsyncRetrying per call: tenacity keeps its per-call state on the instance.
+        call = object()
         retrying = tenacity.AsyncRetrying(
             sleep=self.sleep,
             retry=tenacity.retry_if_exception(self.retry_on),
             wait=self._wait,
             stop=self._stop,
-            before_sleep=lambda state: self._before_sleep(state, context),
+            before_sleep=lambda state: self._before_sleep(state, context, call),
             retry_error_callback=self._exhausted,
         )
-        result: T = await retrying(operation)
+
+        async def attempt() -> T:
+            # tenacity awaits only what it sees is a coroutine function (a lambda is not)
+            return await operation()
+
+        try:
+            result: T = await retrying(attempt)
+        finally:
+            if self.failing is not None:
+                self.failing.ended(call)
         return result
 
     def _hint(self, state: tenacity.RetryCallState) -> float | None:
@@ -159,9 +204,13 @@ class RetryPolicy:
         assert failure is not None  # the policy stops only after a failed attempt
         raise RetriesExhausted(failure, state.attempt_number, self._hint(state)) from failure
 
-    def _before_sleep(self, state: tenacity.RetryCallState, context: Mapping[str, object]) -> None:
+    def _before_sleep(
+        self, state: tenacity.RetryCallState, context: Mapping[str, object], call: object
+    ) -> None:
         failure = _failure(state)
         assert failure is not None
+        if self.failing is not None:
+            self.failing.failed(call, self.operation, failure)
         if self.metrics is not None:
             self.metrics.count(self.operation)
         if self.on_retry is not None:

@@ -56,6 +56,7 @@ DEMO_VALUES: dict[str, Any] = {
             "shedFor": "2m",
         },
         "otlpAssembly": {"minShed": 5, "for": "1m"},
+        "stageStuck": {"for": "1m"},
         "deadLetters": {"for": "1m"},
         "consumerLag": {"for": "2m"},
         "noEvaluations": {"for": "1m"},

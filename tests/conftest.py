@@ -1,16 +1,31 @@
-"""Session fixtures: the real Apache Kafka broker, and helpers that every Kafka test shares;
-the hook that marks the tests needing that broker."""
+"""Session fixtures: the real Apache Kafka broker and the other external services (PostgreSQL,
+Prometheus, the OpenTelemetry Collector, the instrumented apps' venvs, the llama.cpp servers,
+Chromium, the ragas extra), and the hook that marks every test with the services it needs.
+
+A test needs a service when it uses that service's fixture, at any depth (SERVICE_FIXTURES), or
+carries the service's marker itself. The markers select tests (`-m "not kafka"`), and
+scripts/test.sh sets up only the services of the tests it will run: it asks for them with
+RAGMON_TEST_SERVICES_FILE (see `pytest_collection_finish`). A new test that reaches a service
+through its fixture gets the marker without saying so.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker
 from tests.support.services import service_unavailable
+
+if TYPE_CHECKING:
+    from tests.support.llama_servers import Installed
 
 
 def _start_broker(workdir: Path) -> KafkaBroker:
@@ -22,15 +37,45 @@ def _start_broker(workdir: Path) -> KafkaBroker:
     return broker
 
 
-KAFKA_FIXTURES = frozenset({"kafka_broker", "private_broker"})
+SERVICE_FIXTURES: dict[str, frozenset[str]] = {
+    "kafka": frozenset({"kafka_broker", "private_broker"}),
+    "postgres": frozenset({"postgres_url"}),
+    "prometheus": frozenset({"promtool", "prometheus_binary"}),
+    "collector": frozenset({"otelcol_binary"}),
+    "test_apps": frozenset({"old_traceloop_python"}),
+    "llama": frozenset({"llama_install"}),
+    "browser": frozenset({"chromium"}),
+    "ragas": frozenset({"ragas_installed"}),
+}
+"""Each service's marker and the fixtures that reach it (scripts/test.sh knows how to set each
+one up; pyproject.toml registers the markers)."""
+
+SERVICES_FILE_ENV = "RAGMON_TEST_SERVICES_FILE"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `kafka` every test that starts the real broker through a fixture (at any depth), so
+    """Mark every test with the services whose fixtures it uses (at any depth), so that
     `-m "not kafka"` leaves them out without each file having to say so."""
     for item in items:
-        if KAFKA_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.kafka)
+        used = set(getattr(item, "fixturenames", ()))
+        for service, fixtures in SERVICE_FIXTURES.items():
+            if used & fixtures:
+                item.add_marker(service)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With RAGMON_TEST_SERVICES_FILE set, write there the services the selected tests need,
+    one a line (scripts/test.sh collects with `--collect-only` first)."""
+    target = os.environ.get(SERVICES_FILE_ENV)
+    if not target:
+        return
+    needed = {
+        marker.name
+        for item in session.items
+        for marker in item.iter_markers()
+        if marker.name in SERVICE_FIXTURES
+    }
+    Path(target).write_text("".join(f"{name}\n" for name in sorted(needed)))
 
 
 @pytest.fixture(scope="session")
@@ -83,3 +128,68 @@ async def postgres_url() -> AsyncIterator[str]:
         async with admin.connect() as conn:
             await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         await admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Prometheus's promtool (Debian package `prometheus`)."""
+    return _program("promtool", "Debian package prometheus")
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> str:
+    return _program("prometheus", "Debian package prometheus")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Headless Chromium for the review page (Debian package `chromium`)."""
+    return _program("chromium", "Debian package chromium")
+
+
+def _program(name: str, package: str) -> str:
+    found = shutil.which(name) or (
+        f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None
+    )
+    if found is None:
+        service_unavailable(f"{name} is not installed ({package}; scripts/test.sh installs it)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def otelcol_binary() -> Path:
+    """The OpenTelemetry Collector scripts/setup-otelcol.sh builds."""
+    from tests.support.otelcol import CollectorUnavailable, collector_binary
+
+    try:
+        return collector_binary()
+    except CollectorUnavailable as exc:
+        service_unavailable(f"OpenTelemetry Collector unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def old_traceloop_python() -> Path:
+    """The Python of the venv with traceloop-sdk 0.52 (scripts/setup-test-apps.sh)."""
+    from tests.support.instrumented import OLD_TRACELOOP_PYTHON, app_venv_problem
+
+    if (problem := app_venv_problem(OLD_TRACELOOP_PYTHON)) is not None:
+        service_unavailable(problem)  # missing, or built from older requirements
+    return OLD_TRACELOOP_PYTHON
+
+
+@pytest.fixture(scope="session")
+def llama_install() -> Installed:
+    """Where scripts/setup-llama.sh put llama-server, llama_cpp.server and the model."""
+    from tests.support.llama_servers import installed
+
+    found = installed()
+    if found is None:
+        service_unavailable("the llama.cpp model servers (run scripts/setup-llama.sh)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def ragas_installed() -> None:
+    """The ragas extra (`pip install 'rag-monitor[ragas]'`; scripts/test.sh installs it)."""
+    if importlib.util.find_spec("ragas") is None:
+        service_unavailable("ragas is not installed (pip install 'rag-monitor[ragas]')")

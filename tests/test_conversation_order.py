@@ -60,7 +60,6 @@ async def scoring(
     )
     async with AsyncExitStack() as stack:
         stage = await build_scoring_stage(settings, Metrics(registry), stack, None)
-        stack.push_async_callback(stage.tracker.flush)
         yield stage
 
 
@@ -159,25 +158,33 @@ async def test_a_turn_that_started_earlier_but_arrives_later_moves_the_later_one
     assert drift[first.trace_id] is None and drift[third.trace_id] == 0.0
 
 
-async def test_a_renumbering_cut_short_by_a_crash_is_repaired_when_the_conversation_loads(
-    tmp_path: Path,
+@pytest.mark.parametrize("again", [False, True], ids=["new-turn", "redelivered-turn"])
+async def test_turn_rows_and_results_left_disagreeing_are_repaired_together_on_load(
+    tmp_path: Path, again: bool
 ) -> None:
+    """Two writers during a rebalance can leave a conversation's turn rows and results
+    numbered apart: the load checks both, and the conversation's next step (a new turn, or a
+    re-delivered one) rewrites every misplaced row and result in one transaction."""
     db = tmp_path / "r.db"
     traces = [otlp_turn(n) for n in (1, 2, 3)]
     async with scoring(db) as stage:
         for trace in traces:
             await stage.processor.process(trace)
-    with sqlite3.connect(db) as conn:  # turn 3's row moved to 4, the copy at 3 left behind
-        row = conn.execute("SELECT * FROM conversation_turns WHERE turn = 3").fetchone()
+    with sqlite3.connect(db) as conn:
         conn.execute(
-            f"INSERT INTO conversation_turns VALUES ({', '.join('?' * len(row))})",
-            (row[0], 4, *row[2:]),
+            "UPDATE conversation_turns SET turn = 9 WHERE trace_id = ?", [traces[2].trace_id]
         )
-        conn.execute("UPDATE conversation_turns SET turn = 9 WHERE turn = 2")
-    fourth = otlp_turn(4)
-    async with scoring(db) as stage:
-        await stage.processor.process(fourth)
-    assert stored_turns(db) == expected([*traces, fourth])
+        conn.execute(  # the row is right, its result is not
+            "UPDATE evaluation_results SET turn = 5 WHERE trace_id = ?", [traces[1].trace_id]
+        )
+    registry = CollectorRegistry()
+    latest = otlp_turn(4)
+    async with scoring(db, registry) as stage:
+        await stage.processor.process(traces[0] if again else latest)
+    everything = traces if again else [*traces, latest]
+    assert stored_turns(db) == expected(everything)
+    assert stored_result_turns(db) == {t: n for n, t in expected(everything).items()}
+    assert registry.get_sample_value("ragmon_conversation_turns_renumbered_total") == 2.0
 
 
 async def test_a_producers_turn_wins_over_the_start(tmp_path: Path) -> None:

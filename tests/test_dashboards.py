@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +20,6 @@ from dashboards.contract import (
     substitute_grafana_variables,
 )
 from monitor.sinks.store import Store
-from tests.support.services import service_unavailable
 from tests.test_review import WORST_CLAIMS, grafana_panel_sql, seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,11 +262,8 @@ def test_layout_fits_the_grid_without_overlaps() -> None:
                     cells.add((x, y))
 
 
-def test_every_query_is_valid_promql(tmp_path: Path) -> None:
+def test_every_query_is_valid_promql(tmp_path: Path, promtool: str) -> None:
     """promtool parses each query (Grafana variables replaced) as a recording rule."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        service_unavailable("promtool not installed (scripts/test.sh installs it)")
     rules: list[dict[str, str]] = []
     for board in committed().values():
         for _where, expr in queries(board):
@@ -439,3 +434,48 @@ def test_panels_of_judge_only_measures_say_why_they_are_empty() -> None:
         if p["title"] == "Faithfulness: mean by agent"
     ]
     assert "noValue" not in faith["fieldConfig"]["defaults"]
+
+
+@pytest.mark.slow
+def test_the_estimate_panels_compute_what_the_recording_rules_record(
+    tmp_path: Path, promtool: str
+) -> None:
+    """The dashboards compute the population estimates over their own window; over one hour
+    they equal the recorded `agent:ragmon_estimate_*:*1h` (promtool, on the running sums of
+    rules/tests/estimates.yaml)."""
+    spec = yaml.safe_load((ROOT / "rules" / "tests" / "estimates.yaml").read_text())
+    series = spec["tests"][0]["input_series"]
+    matchers = ['metric="faithfulness"', 'quantity="mean"']
+    value, lower, upper = generate.ppi_estimate(matchers, window="1h")
+    uniform = generate.uniform_estimate(matchers, window="1h")
+    labels = '{agent="mixed", metric="faithfulness", evaluator="llm", quantity="mean"}'
+    cases = [
+        (value, "agent:ragmon_estimate_ppi:mean1h"),
+        (lower, "agent:ragmon_estimate_ppi:lower1h"),
+        (upper, "agent:ragmon_estimate_ppi:upper1h"),
+        (uniform, "agent:ragmon_estimate_uniform:mean1h"),
+    ]
+    test = {
+        "rule_files": [str(ROOT / "rules" / "recording.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": f"round(({panel}) - {recorded}, 0.000001)",
+                        "eval_time": "2h",
+                        "exp_samples": [{"labels": labels, "value": 0}],
+                    }
+                    for panel, recorded in cases
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "panels.yaml"
+    path.write_text(yaml.safe_dump(test, width=10**6))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -96,6 +96,8 @@ def test_sigkill_at_random_moments_loses_nothing_and_stores_one_result_per_evalu
                 "RAGMON_SAMPLING__RATE": str(SAMPLING_RATE),
                 # Larger than kafka.max_in_flight (1000): nothing is ever shed.
                 "RAGMON_SAMPLING__QUEUE_SIZE": "100000",
+                # Every priority judged: which ones a cap skips would depend on arrival order.
+                "RAGMON_SAMPLING__PRIORITY_MAX_SHARE": "1.0",
                 "RAGMON_JUDGE__BASE_URL": judge.url,
                 "RAGMON_JUDGE__API_KEY": "sk-kill-test",
                 "RAGMON_JUDGE__MAX_CONCURRENCY": "8",
@@ -153,7 +155,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_stores_one_result_per_evalu
     assert not missing, f"{len(missing)} traces have no heuristic result: {sorted(missing)[:5]}"
     assert by_evaluator["heuristic"] == everything
 
-    sampler = Sampler(SamplingConfig(rate=SAMPLING_RATE, queue_size=100000))
+    sampler = Sampler(SamplingConfig(rate=SAMPLING_RATE, queue_size=100000, priority_max_share=1.0))
     sampled = {
         str(t["trace_id"])
         for t in traces

@@ -50,6 +50,8 @@ from monitor.sources.otlp import (
     detect_format,
     spans_to_trace,
 )
+from monitor.sources.otlp_split import split_by_trace
+from monitor.sources.otlp_wire import encode_varint, length_delimited
 from monitor.telemetry import context_from_headers
 from tests.support.faults import (
     DaemonProcess,
@@ -263,18 +265,6 @@ def _check_mapping(spans: list[SpanRecord]) -> None:
         TIER0.evaluate(trace)
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 @st.composite
 def protobuf_wire(draw: st.DrawFn, depth: int = 4) -> bytes:
     """Well-formed protobuf wire data with random fields: it parses as *some* message."""
@@ -282,9 +272,9 @@ def protobuf_wire(draw: st.DrawFn, depth: int = 4) -> bytes:
     for _ in range(draw(st.integers(0, 5))):
         number = draw(st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 15, 16, 2**20]))
         wire = draw(st.sampled_from([0, 1, 2, 5]))
-        out += _varint(number << 3 | wire)
+        out += encode_varint(number << 3 | wire)
         if wire == 0:
-            out += _varint(draw(st.integers(0, 2**64 - 1)))
+            out += encode_varint(draw(st.integers(0, 2**64 - 1)))
         elif wire == 1:
             out += draw(st.binary(min_size=8, max_size=8))
         elif wire == 5:
@@ -294,7 +284,7 @@ def protobuf_wire(draw: st.DrawFn, depth: int = 4) -> bytes:
                 payload = draw(protobuf_wire(depth - 1))
             else:
                 payload = draw(st.binary(max_size=24) | st.text(max_size=24).map(str.encode))
-            out += _varint(len(payload)) + payload
+            out += encode_varint(len(payload)) + payload
     return bytes(out)
 
 
@@ -465,7 +455,7 @@ def test_span_mapping_takes_arbitrary_span_records(spans: list[SpanRecord]) -> N
 def test_otlp_decoder_takes_deeply_nested_attribute_values(depth: int) -> None:
     # Built on the wire by hand: the protobuf runtime refuses to build messages this deep.
     def field(number: int, payload: bytes) -> bytes:
-        return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+        return length_delimited(number, payload)
 
     value = field(1, b"leaf")  # AnyValue.string_value
     for _ in range(depth):
@@ -717,16 +707,14 @@ def _oracle(value: bytes | None, max_bytes: int) -> list[tuple[str, str]]:
         except DecodeError as exc:
             return [("dead", exc.reason)]
     try:
-        spans = decode_otlp(value or b"", fmt)
+        split = split_by_trace(value or b"", fmt)  # a bad trace is rejected alone
     except OtlpDecodeError:
         return [("dead", "otlp_undecodable")]
-    if not spans:
+    outcomes = [("dead", "otlp_undecodable") for _ in split.rejected]
+    if not split.parts and not split.rejected:
         return [("skip", "otlp_no_spans")]
-    by_trace: dict[str, list[SpanRecord]] = {}
-    for span in spans:
-        by_trace.setdefault(span.trace_id, []).append(span)
-    outcomes = []
-    for trace_spans in by_trace.values():
+    for part in split.parts:
+        trace_spans = decode_otlp(part.data, "otlp_proto")
         try:
             trace = spans_to_trace(trace_spans)
         except OtlpMappingError:

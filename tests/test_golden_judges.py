@@ -8,7 +8,6 @@ RAGMON_TEST_REQUIRE_SERVICES=1).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -51,7 +50,6 @@ from tests.fixtures.golden.service import (
 )
 from tests.support.openai_server import OpenAIServer, Reply, embed
 from tests.support.ragas_script import RagasScript
-from tests.support.services import service_unavailable
 
 API_KEY = "sk-test-golden-judge-0123456789abcdef"
 
@@ -347,13 +345,9 @@ async def test_open_answer_judge_follows_the_configuration(server: OpenAIServer)
 # --------------------------------------------------------------------------- the ragas backend
 
 
-def _ragas_available() -> None:
-    if importlib.util.find_spec("ragas") is None:
-        service_unavailable("ragas is not installed (pip install 'rag-monitor[ragas]')")
-
-
-async def test_ragas_backend_scores_only_the_reference_metrics(server: OpenAIServer) -> None:
-    _ragas_available()
+async def test_ragas_backend_scores_only_the_reference_metrics(
+    server: OpenAIServer, ragas_installed: None
+) -> None:
     async with open_answer_judge(make_config(server, backend="ragas")) as judge:
         assert isinstance(judge, RagasAnswerJudge)
         wrong = "Python is a snake. UNSUPPORTED It was created by Guido van Rossum."

@@ -5,11 +5,7 @@ bench/detect.py, bench/train_tier0.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -21,21 +17,8 @@ from monitor.evaluators.grounding import (
     load_model,
     token_overlap,
 )
+from tests.support.bench import load_bench
 from tests.support.dev_data import dev_data_path
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str) -> ModuleType:
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    spec = importlib.util.spec_from_file_location(f"bench.{name}", REPO / "bench" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 # --- the shipped model -----------------------------------------------------------------------
 
@@ -43,7 +26,7 @@ def _load(name: str) -> ModuleType:
 def test_shipped_model_is_a_fresh_fit_on_the_dev_data() -> None:
     """Nobody edits coefficients by hand, and a change to the features ships a refitted model."""
     dev_data_path("hallucination", "dev_en.jsonl")
-    train = _load("train_tier0")
+    train = load_bench("train_tier0")
     assert train.main(["--check"]) == 0
 
 
@@ -94,7 +77,7 @@ def test_token_overlap_is_words_for_english_and_characters_for_japanese() -> Non
 
 
 def test_folds_never_split_a_source_and_spread_the_positives() -> None:
-    cv = _load("cv")
+    cv = load_bench("cv")
     rng = np.random.default_rng(3)
     groups, sources, labels = [], [], []
     for g in ("a", "b"):
@@ -117,7 +100,7 @@ def test_folds_never_split_a_source_and_spread_the_positives() -> None:
 
 
 def test_bootstrap_interval_surrounds_the_figure_and_narrows_with_more_sources() -> None:
-    cv = _load("cv")
+    cv = load_bench("cv")
     rng = np.random.default_rng(5)
 
     def width(n_sources: int) -> tuple[float, float, float]:
@@ -141,7 +124,7 @@ def test_bootstrap_interval_surrounds_the_figure_and_narrows_with_more_sources()
 
 
 def test_sources_of_the_dev_data() -> None:
-    detect = _load("detect")
+    detect = load_bench("detect")
     items = detect.load_items(dev_data_path("hallucination"))
     by_group: dict[str, set[str]] = {}
     for it in items:

@@ -6,11 +6,7 @@ development data (bench/detect.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -18,10 +14,10 @@ from hypothesis import strategies as st
 
 from monitor.evaluators.heuristic import HeuristicEvaluator, is_refusal_statement
 from monitor.models import Context, EvaluationResult, Score
+from tests.support.bench import load_bench
 from tests.support.dev_data import dev_data_path
 from tests.support.traces import make_trace
 
-REPO = Path(__file__).resolve().parents[1]
 SCORE_KEYS = (
     "faithfulness",
     "support",
@@ -390,17 +386,8 @@ MACRO_AUROC_FLOOR = 0.85
 GROUP_AUROC_FLOOR = 0.76
 
 
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_detect", REPO / "bench" / "detect.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_auroc_ranks_with_ties_averaged() -> None:
-    bench = _load_bench()
+    bench = load_bench("detect")
     assert bench.auroc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
     assert bench.auroc([0.1, 0.2, 0.9, 0.8], [True, True, False, False]) == 0.0
     assert bench.auroc([0.5, 0.5, 0.5, 0.5], [True, False, True, False]) == 0.5
@@ -411,7 +398,7 @@ def test_auroc_ranks_with_ties_averaged() -> None:
 def test_detection_quality_under_cross_validation_does_not_regress() -> None:
     for name in ("dev_en.jsonl", "dev_ja.jsonl"):
         dev_data_path("hallucination", name)
-    bench = _load_bench()
+    bench = load_bench("detect")
     report = bench.cross_validate(
         bench.load_items(dev_data_path("hallucination")), repeats=1, n_boot=0
     )

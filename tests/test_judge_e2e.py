@@ -83,6 +83,10 @@ async def test_sampled_traces_get_a_judge_result_beside_tier_zero(
     assert judged is not None and tier0 is not None
     assert judged.scores["faithfulness"].value == pytest.approx(0.5)
     assert [s.supported for s in judged.statements] == [True, False]
+    # the judged result says why it was judged, with tier 0's prediction made before it
+    assert judged.selection is not None and tier0.selection is None
+    assert judged.selection.uniform and judged.selection.inclusion_probability == 1.0
+    assert set(judged.selection.predictions) >= {"faithfulness", "answer_relevancy"}
     assert value("ragmon_judge_requests_total", {"evaluator": "llm", "outcome": "ok"}) >= 1.0
     decisions = [
         value("ragmon_sampler_decisions_total", {"agent": "default", "outcome": o}) or 0
@@ -133,13 +137,10 @@ async def test_a_dead_judge_opens_the_circuit_while_tier_zero_and_consumption_go
         {"agent": "default", "metric": "faithfulness", "evaluator": "llm", "reason": "judge_error"},
     )
     assert unmeasured is not None and unmeasured >= 1.0, "a failed judgement is unmeasured, not 0"
-    assert (
-        value(
-            "ragmon_evaluation_score_ratio_count",
-            {"agent": "default", "metric": "faithfulness", "evaluator": "llm"},
-        )
-        is None
-    )
+    for selection in ("uniform", "priority"):
+        labels = {"agent": "default", "metric": "faithfulness", "evaluator": "llm"}
+        count = value("ragmon_evaluation_score_ratio_count", {**labels, "selection": selection})
+        assert count is None
 
     # The endpoint comes back on the same port: after the reset time a probe closes the circuit.
     port = int(url.rsplit(":", 1)[1].split("/")[0])

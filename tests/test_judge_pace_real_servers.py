@@ -42,13 +42,12 @@ from tests.support.llama_servers import (
     MODEL_ALIAS,
     SERVER_KINDS,
     Exchange,
+    Installed,
     ModelServer,
     RecordingProxy,
     ServerKind,
-    installed,
 )
 from tests.support.score_cli import run_score
-from tests.support.services import service_unavailable
 from tests.support.traces import encode, start_judging_daemon, wait_for
 
 TEST_TIMEOUT_SECONDS = 1800  # a bound, not an expectation: see the module documentation
@@ -70,14 +69,13 @@ class Served:
 
 @pytest.fixture(scope="module", params=SERVER_KINDS)
 def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    llama_install: Installed,
 ) -> Iterator[Served]:
-    found = installed()
-    if found is None:
-        service_unavailable("the llama.cpp model servers (run scripts/setup-llama.sh)")
     kind: ServerKind = request.param
     logs = tmp_path_factory.mktemp(kind.replace(".", "_") + "_defaults")
-    server = ModelServer(kind, found, defaults=True).start(logs)
+    server = ModelServer(kind, llama_install, defaults=True).start(logs)
     try:
         with RecordingProxy(server.url) as proxy:
             yield Served(kind, proxy)

@@ -44,10 +44,8 @@ from tests.support.llama_servers import (
     ModelServer,
     RecordingProxy,
     ServerKind,
-    installed,
 )
 from tests.support.score_cli import run_score
-from tests.support.services import service_unavailable
 from tests.support.traces import (
     encode,
     native_trace,
@@ -111,13 +109,12 @@ class Servers:
 
 @pytest.fixture(scope="module", params=SERVER_KINDS)
 def servers(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    llama_install: Installed,
 ) -> Iterator[Servers]:
-    found = installed()
-    if found is None:
-        service_unavailable("the llama.cpp model servers (run scripts/setup-llama.sh)")
     kind: ServerKind = request.param
-    started = Servers(kind, found, tmp_path_factory.mktemp(kind.replace(".", "_")))
+    started = Servers(kind, llama_install, tmp_path_factory.mktemp(kind.replace(".", "_")))
     yield started
     started.stop()
 

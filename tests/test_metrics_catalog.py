@@ -15,6 +15,7 @@ from prometheus_client.openmetrics.exposition import generate_latest
 
 from dashboards.contract import contract_metrics
 from monitor import metrics_catalog as catalog
+from monitor.estimates.calibration import Calibrations
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.results import Outcome
@@ -56,6 +57,7 @@ def every_metrics_class(registry: CollectorRegistry) -> None:
     metrics = Metrics(registry)
     OtlpMetrics(registry)
     ScoringMetrics(registry, metrics.agent_label)
+    registry.register(Calibrations({"faithfulness": 0.8}, window=10, min_labels=1))
     JudgeMetrics(registry).register_evaluator("llm")
     GoldenMetrics(registry).init_suite("suite", {"mrr": 0.7})
     RetryMetrics.of(registry)

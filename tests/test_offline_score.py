@@ -103,7 +103,8 @@ def test_the_summary_reports_traces_left_unjudged_by_reason(tmp_path: Path) -> N
     )
     assert result.returncode == 3, result.stderr
     line = _judge_line(result.stdout)
-    assert line.startswith("judge: 6 traces selected (sampled 3, priority 3)"), line
+    # Offline scoring draws every trace, and a drawn priority counts as drawn.
+    assert line.startswith("judge: 6 traces selected (sampled 6, priority 0)"), line
     assert line.endswith("judged 0; left unjudged 6 (judge_error 6)"), line
     assert "unmeasured (llm) judge_error: " in result.stdout
     assert result.stderr.splitlines()[-1] == (
@@ -125,7 +126,7 @@ def test_a_slow_judge_is_waited_for_and_nothing_is_shed(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert _judge_line(result.stdout) == (
-        "judge: 6 traces selected (sampled 3, priority 3), 0 not in the sample; judged 6"
+        "judge: 6 traces selected (sampled 6, priority 0), 0 not in the sample; judged 6"
     )
     assert len([r for r in rows if r["evaluator"] == "llm"]) == 6
 
@@ -186,3 +187,18 @@ def test_bad_pacing_flags_are_usage_errors(tmp_path: Path, flag: str, value: str
     result, _rows = _score(tmp_path, "llm", flag, value, RAGMON_JUDGE__BASE_URL="http://x/v1")
     assert result.returncode == 2
     assert flag in result.stderr
+
+
+def test_the_summary_counts_the_priorities_the_cap_skipped() -> None:
+    from collections import Counter
+
+    from monitor.offline import RunSummary
+
+    decisions = Counter(
+        {("sampled",): 3, ("priority",): 2, ("priority_capped",): 4, ("skipped",): 10}
+    )
+    line = RunSummary(decisions=decisions, judge_active=True).judge_line()
+    assert line.startswith(
+        "judge: 5 traces selected (sampled 3, priority 2), 10 not in the sample,"
+        " 4 priorities over sampling.priority_max_share; judged 0"
+    ), line

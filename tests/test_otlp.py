@@ -548,7 +548,7 @@ def test_llm_span_without_content_is_a_mapping_error() -> None:
 
 
 def parts_of(spans: Any, fmt: Fmt = "otlp_proto") -> list[TracePart]:
-    return split_by_trace(encode(spans, fmt), fmt)
+    return split_by_trace(encode(spans, fmt), fmt).parts
 
 
 def assembler(**bounds: Any) -> TraceAssembler[str]:
@@ -705,7 +705,7 @@ def test_one_message_of_several_traces_splits_into_one_part_each(fmt: Fmt) -> No
     genai_rag(a)
     openinference_rag(b)
     message = encode([*a.spans(), *b.spans()], fmt)
-    parts = split_by_trace(message, fmt)
+    parts = split_by_trace(message, fmt).parts
     assert [p.trace_id for p in parts] == [hex_trace_id(a.root()), hex_trace_id(b.root())]
     everything = decode_otlp(message, fmt)
     for part in parts:
@@ -721,10 +721,10 @@ def test_one_message_of_several_traces_splits_into_one_part_each(fmt: Fmt) -> No
 def test_a_span_less_export_splits_into_nothing() -> None:
     request = encode_spans(openinference_rag_spans())
     del request.resource_spans[0].scope_spans[0].spans[:]
-    assert split_by_trace(request.SerializeToString(), "otlp_proto") == []
+    assert split_by_trace(request.SerializeToString(), "otlp_proto").parts == []
 
 
-def test_a_malformed_id_makes_the_whole_message_undecodable() -> None:
+def test_a_malformed_id_in_the_only_trace_makes_the_whole_message_undecodable() -> None:
     request = encode_spans(openinference_rag_spans())
     request.resource_spans[0].scope_spans[0].spans[1].span_id = b"short"
     with pytest.raises(OtlpDecodeError) as caught:

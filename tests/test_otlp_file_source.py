@@ -86,7 +86,9 @@ def test_otlp_lines_are_assembled_in_process_and_numbered_by_start(tmp_path: Pat
     # tests decode such a dead letter back to exactly those spans), far fewer bytes than the
     # line that carried three traces.
     assert letter["value"].startswith('{"resourceSpans"')
-    (own,) = [p for p in split_by_trace(lines[0], "otlp_json") if p.trace_id == unanswered.trace_id]
+    (own,) = [
+        p for p in split_by_trace(lines[0], "otlp_json").parts if p.trace_id == unanswered.trace_id
+    ]
     assert letter["value_bytes"] == len(encode_request(own.data, "otlp_json"))
     assert letter["value_bytes"] < len(lines[0]) / 2
 

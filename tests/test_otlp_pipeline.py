@@ -235,6 +235,9 @@ def test_topics_create_makes_every_topic_with_its_partitions_and_retention(
     assert configs[spans]["retention.ms"] == configs[traces]["retention.ms"] == week
     assert configs[pipeline.otlp]["retention.ms"] == week
     assert configs[pipeline.dlq]["retention.ms"] == month
+    room = str(1_048_576 + 64 * 1024)  # kafka.max_message_bytes and what the daemon adds
+    for written in (pipeline.dlq, pipeline.results, spans, traces):
+        assert configs[written]["max.message.bytes"] == room, written
     again = pipeline.create_topics()
     assert "created" not in again and f"exists   {spans}  4 partitions" in again
 
@@ -399,7 +402,9 @@ def test_sigkill_after_traces_are_produced_but_before_spans_are_committed(
     one result and one turn per trace, the conversation's per-turn metrics are not counted
     again; the traces topic holds each trace twice, and the per-trace counters of the new
     process count the re-scored traces (here twice: the scoring stage had committed nothing
-    either, so it also reads the first copies again)."""
+    either, so it also reads the first copies again). The results topic holds each result
+    once, plus the corrections of the first run's renumbering: re-scored, every result came
+    out as stored, so none is published again."""
     pipeline.create_topics()
     rng = random.Random(41)
     turns = concurrent_turns(8, "conv-crash", time.time_ns(), rng)
@@ -413,6 +418,7 @@ def test_sigkill_after_traces_are_produced_but_before_spans_are_committed(
             "every turn scored",
         )
         assert replica.value("ragmon_turn_hallucination_ratio_count") == len(turns)
+        moved = renumbered(replica)
         replica.kill()
         replica.start()
         replica.wait_ready(90)
@@ -424,6 +430,7 @@ def test_sigkill_after_traces_are_produced_but_before_spans_are_committed(
         )
         rescored = replica.value("ragmon_traces_processed_total")
         turns_counted = replica.value("ragmon_turn_hallucination_ratio_count")
+        unchanged = replica.value("ragmon_results_published_total", outcome="unchanged")
         _stop(replica)
     check_turns(pipeline, turns, "conv-crash")
     check_results(pipeline, turns)
@@ -434,6 +441,7 @@ def test_sigkill_after_traces_are_produced_but_before_spans_are_committed(
         assert "revision" not in trace["metadata"], "assembled anew: a first revision again"
         per_trace[trace["trace_id"]] = per_trace.get(trace["trace_id"], 0) + 1
     assert per_trace == {t.trace_id: 2 for t in turns}, "produced again after the crash"
-    assert len(topic_records(pipeline.bootstrap, pipeline.results)) >= 2 * len(turns)
+    assert len(topic_records(pipeline.bootstrap, pipeline.results)) == len(turns) + moved
+    assert unchanged == 2 * len(turns), "every re-scored result came out as stored"
     assert rescored == 2 * len(turns), "the re-scored traces count again in the new process"
     assert turns_counted == 0, "turns already in the store are not counted again"

@@ -38,7 +38,6 @@ from tests.support.exposition import OPENMETRICS, catalog_problems
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
 from tests.support.openai_server import OpenAIServer, Reply
-from tests.support.services import service_unavailable
 from tests.support.traces import RunningDaemon, encode, native_trace, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -96,10 +95,9 @@ def _query(prometheus: str, expr: str) -> list[Any]:
     return result
 
 
-def _start_prometheus(tmp_path: Path, target_port: int) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        service_unavailable("prometheus not installed (Debian package `prometheus`)")
+def _start_prometheus(
+    binary: str, tmp_path: Path, target_port: int
+) -> tuple[subprocess.Popen[bytes], str]:
     rules = tmp_path / "recording.yaml"
     shutil.copy(REPO / "rules" / "recording.yaml", rules)
     config = {
@@ -137,7 +135,11 @@ def _judge_script(counter: Iterator[int]) -> Any:
 
 
 async def test_every_panel_and_recording_rule_returns_data(
-    kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kafka_broker: KafkaBroker,
+    topic_prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prometheus_binary: str,
 ) -> None:
     monkeypatch.setattr(monitor.daemon, "MAINTENANCE_SECONDS", 0.5)
     import itertools
@@ -178,7 +180,9 @@ async def test_every_panel_and_recording_rule_returns_data(
         daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
         running = RunningDaemon(daemon)
         await running.started()
-        prometheus, prometheus_url = _start_prometheus(tmp_path, settings.http.port)
+        prometheus, prometheus_url = _start_prometheus(
+            prometheus_binary, tmp_path, settings.http.port
+        )
         stack.callback(prometheus.wait, 10)
         stack.callback(prometheus.terminate)
 

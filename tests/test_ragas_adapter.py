@@ -12,7 +12,6 @@ Without the ``ragas`` extra the tests call ``service_unavailable`` (skip locally
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import math
 import os
 import subprocess
@@ -86,11 +85,6 @@ JA = trace(
 # fixtures
 
 
-def _ragas_available() -> None:
-    if importlib.util.find_spec("ragas") is None:
-        service_unavailable("ragas is not installed (pip install 'rag-monitor[ragas]')")
-
-
 @pytest_asyncio.fixture(loop_scope="function")
 async def script() -> RagasScript:
     return RagasScript()
@@ -121,8 +115,9 @@ def make_config(server: OpenAIServer, **overrides: Any) -> JudgeConfig:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def make_evaluator(server: OpenAIServer) -> AsyncIterator[Callable[..., Any]]:
-    _ragas_available()
+async def make_evaluator(
+    server: OpenAIServer, ragas_installed: None
+) -> AsyncIterator[Callable[..., Any]]:
     from monitor.evaluators.ragas_adapter import RagasEvaluator
     from monitor.evaluators.ragas_runtime import RagasUnavailableError
 

@@ -22,6 +22,7 @@ from dashboards.contract import contract_metrics
 from monitor.retry import (
     OPERATIONS,
     Backoff,
+    FailingCalls,
     RetriesExhausted,
     RetryMetrics,
     RetryPolicy,
@@ -155,6 +156,33 @@ async def test_on_retry_sees_each_failure() -> None:
     seen: list[BaseException] = []
     await policy(Sleeps(), on_retry=seen.append).call(failing(2))
     assert len(seen) == 2 and all(isinstance(e, Flaky) for e in seen)
+
+
+async def test_an_operation_that_is_not_a_coroutine_function_is_awaited_too() -> None:
+    sleeps = Sleeps()
+    operation = failing(2)
+    assert await policy(sleeps).call(lambda: operation()) == "done"
+    assert operation.calls == [3]
+
+
+async def test_a_call_is_registered_as_failing_while_it_retries_and_forgotten_after() -> None:
+    clock = [100.0]
+    calls = FailingCalls(clock=lambda: clock[0])
+    seen: list[tuple[str, float, str] | None] = []
+
+    async def sleep(seconds: float) -> None:
+        oldest = calls.oldest()
+        seen.append(None if oldest is None else (oldest.operation, oldest.since, oldest.error))
+        clock[0] += 10
+
+    operation = failing(2)
+    assert await policy(Sleeps(), sleep=sleep, failing=calls).call(operation) == "done"
+    # the first failure sets `since`; later ones keep it
+    assert seen == [("store", 100.0, "Flaky: flaky"), ("store", 100.0, "Flaky: flaky")]
+    assert calls.oldest() is None, "a call that succeeded is no longer failing"
+    with pytest.raises(RetriesExhausted):
+        await policy(Sleeps(), failing=calls, attempts=2).call(failing(5))
+    assert calls.oldest() is None, "nor is one that gave up"
 
 
 def test_the_counter_is_in_the_metrics_contract() -> None:

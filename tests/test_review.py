@@ -25,13 +25,20 @@ import structlog.testing
 from aiohttp import web
 
 from monitor.config import Settings
-from monitor.models import ConstraintVerdict, EvaluationResult, Score, StatementVerdict
+from monitor.models import (
+    ConstraintVerdict,
+    EvaluationResult,
+    Prediction,
+    Score,
+    Selection,
+    StatementVerdict,
+)
 from monitor.review.cli import register, run_cli
 from monitor.review.grouping import group_similar
 from monitor.review.http import add_review_routes, token_matches
 from monitor.review.items import ANSWER_EXCERPT_CHARS, ReviewQuery, excerpt
 from monitor.review.queries import worst_answers
-from monitor.review.render import anchor, render_json, render_text
+from monitor.review.render import anchor, render_json, render_page, render_text
 from monitor.sinks.store import Store, turns_table
 
 TOKEN = "s3cret-review-token-0123456789"
@@ -341,7 +348,9 @@ async def test_json_document_shape(store: Store) -> None:
         "unsupported_claims",
         "violated_constraints",
         "flags",
+        "selection",
     }
+    assert first["selection"] is None  # tier 0 scores every trace: nobody chose it
     assert first["trace_id"] == "t-worst" and first["score"] == pytest.approx(0.1)
     assert first["unsupported_claims"] == WORST_CLAIMS
     assert first["violated_constraints"][0] == {
@@ -550,8 +559,12 @@ async def test_page_escapes_trace_text_and_loads_nothing(
     assert not re.search(r"""(src|href|action)=["']?(https?:)?//""", html, re.I)
     assert "<style>" in html
     # Worst first, each trace an anchor, claims and constraints shown, unmeasured not 0.
-    order = re.findall(r'<article class="item [a-z]+" id="([^"]+)"', html)
+    order = re.findall(r'<article class="item [a-z]+" id="([^"]+)" data-rank=', html)
     assert order == [anchor(t) for t in ("t-worst", "t-xss", "t-secret", "t-good")]
+    # The unmeasured answer is not ranked, but listed under its reason.
+    unmeasured = html[html.index('<section class="unmeasured-section"') :]
+    assert 'data-reason="refusal" data-count="1"' in unmeasured
+    assert f'id="{anchor("t-unmeasured")}"' in unmeasured
     assert 'href="#trace-t-worst"' in html
     for claim in WORST_CLAIMS:
         assert f"<li>{claim}</li>" in html
@@ -976,3 +989,43 @@ async def test_tier_zero_support_ranks_by_default_and_faithfulness_stays_availab
             ]
     finally:
         await store.close()
+
+
+async def test_each_judged_answer_says_why_the_judge_saw_it(store: Store) -> None:
+    """The uniform draw (with the inclusion probability it had) or the priority rule: on the
+    page, in the text listing and in the JSON, from what the store holds."""
+    drawn = Selection(
+        uniform=True,
+        inclusion_probability=0.05,
+        priority="low_support",
+        predictions={"faithfulness": Prediction(mean=0.6, below=0.4)},
+    )
+    chosen = Selection(uniform=False, inclusion_probability=0.05, priority="negative_feedback")
+    answers = {"t-drawn": "Opens at 6 am on Sundays.", "t-rule": "Refunds take ninety days."}
+    for trace_id, selection, value in (("t-drawn", drawn, 0.2), ("t-rule", chosen, 0.3)):
+        judged = _result(trace_id, {"faithfulness": Score.of(value)}, evaluator="llm")
+        judged = judged.model_copy(update={"selection": selection})
+        await _save(store, judged, "When?", answers[trace_id])
+    items = await worst_answers(store, _since(), metric="faithfulness", agent="support-bot")
+    by_id = {item.trace_id: item for item in items if item.evaluator == "llm"}
+    assert by_id["t-drawn"].judged_because == (
+        "uniform draw (inclusion probability 0.05): counts in the population estimates; "
+        "priority rule low_support"
+    )
+    assert by_id["t-rule"].judged_because == (
+        "priority rule negative_feedback: not in the population estimates"
+    )
+    query = ReviewQuery(_since(), metric="faithfulness", agent="support-bot", worst=20)
+    document = json.loads(render_json(items, query))
+    stored = {i["trace_id"]: i["selection"] for i in document["items"]}
+    assert stored["t-drawn"]["uniform"] is True
+    assert stored["t-drawn"]["inclusion_probability"] == 0.05
+    assert stored["t-drawn"]["predictions"]["faithfulness"] == {"mean": 0.6, "below": 0.4}
+    assert stored["t-rule"]["priority"] == "negative_feedback"
+    text = render_text(items)
+    assert "Judged: priority rule negative_feedback: not in the population estimates" in text
+    page = render_page(items, {"metric": "faithfulness"}, ["support-bot"], since=_since())
+    assert (
+        '<dt>Judged because</dt><dd class="selection">priority rule negative_feedback: '
+        "not in the population estimates</dd>"
+    ) in page

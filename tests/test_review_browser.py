@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import struct
 from collections.abc import AsyncIterator
@@ -27,7 +26,6 @@ import pytest_asyncio
 import structlog.testing
 
 from monitor.sinks.store import Store
-from tests.support.services import service_unavailable
 from tests.test_review import TOKEN, WORST_CLAIMS, seed, serve_review
 
 pytestmark = pytest.mark.slow  # a real Chromium
@@ -47,19 +45,10 @@ CHROMIUM_FLAGS = (
 TIMEOUT = 90.0
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or (
-        "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
-    )
-    if found is None:
-        service_unavailable("chromium is not installed (scripts/test.sh installs it)")
-    return found
-
-
-async def run_chromium(profile: Path, *args: str) -> str:
+async def run_chromium(chromium: str, profile: Path, *args: str) -> str:
     """Run headless Chromium with a fresh profile; its standard output."""
     process = await asyncio.create_subprocess_exec(
-        chromium(),
+        chromium,
         *CHROMIUM_FLAGS,
         f"--user-data-dir={profile}",
         *args,
@@ -88,6 +77,7 @@ class Seen(HTMLParser):
         self.body_attrs: dict[str, str | None] = {}
         self._in_article = 0
         self._skip = 0
+        self._reason = ""  # the unmeasured reason of the section being read
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.elements.append(tag)
@@ -96,12 +86,19 @@ class Seen(HTMLParser):
             self.body_attrs = values
         if tag in ("style", "title"):
             self._skip += 1
+        if tag == "section" and values.get("data-reason"):
+            self._reason = values.get("data-reason") or ""
         if tag == "article":
             self._in_article += 1
             self.articles.append(
-                {"trace_id": values.get("data-trace-id") or "", "id": values.get("id") or ""}
+                {
+                    "trace_id": values.get("data-trace-id") or "",
+                    "id": values.get("id") or "",
+                    "rank": values.get("data-rank") or "",
+                    "section": self._reason,
+                    "text": "",
+                }
             )
-            self.articles[-1]["text"] = ""
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("style", "title"):
@@ -129,8 +126,7 @@ def seen(dom: str) -> Seen:
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def page_url(tmp_path: Path) -> AsyncIterator[str]:
-    chromium()
+async def page_url(tmp_path: Path, chromium: str) -> AsyncIterator[str]:
     with structlog.testing.capture_logs():
         store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'review.db'}")
         try:
@@ -141,16 +137,30 @@ async def page_url(tmp_path: Path) -> AsyncIterator[str]:
             await store.close()
 
 
-async def test_a_person_sees_the_worst_answer_first(page_url: str, tmp_path: Path) -> None:
+async def test_a_person_sees_the_worst_answer_first(
+    page_url: str, tmp_path: Path, chromium: str
+) -> None:
     dom = await run_chromium(
-        tmp_path / "profile", "--dump-dom", f"{page_url}/review?since=1h&metric=faithfulness"
+        chromium,
+        tmp_path / "profile",
+        "--dump-dom",
+        f"{page_url}/review?since=1h&metric=faithfulness",
     )
     page = seen(dom)
-    assert [a["trace_id"] for a in page.articles] == ["t-worst", "t-xss", "t-secret", "t-good"]
+    ranked = [a["trace_id"] for a in page.articles if a["rank"]]
+    assert ranked == ["t-worst", "t-xss", "t-secret", "t-good"]
     assert page.articles[0]["id"] == "trace-t-worst"
     visible = page.visible
     assert "Worst answers" in visible
     assert "4 answers ranked by faithfulness, worst first" in visible
+    # What the list leaves out is said, and the answer it cannot rank is shown by its reason.
+    assert "1 could not be measured" in visible
+    assert "Could not be measured: 1 answer needs a human" in visible
+    (refusal,) = [a for a in page.articles if not a["rank"]]
+    assert refusal["trace_id"] == "t-unmeasured"
+    assert refusal["section"] == "refusal"
+    assert "I cannot answer that." in refusal["text"]
+    assert "unmeasured (refusal)" in " ".join(refusal["text"].split())
     worst = " ".join(page.articles[0]["text"].split())
     assert "#1" in worst and "faithfulness 0.10" in worst
     assert "When does the Shibuya store open on Sunday?" in worst
@@ -170,21 +180,23 @@ async def test_a_person_sees_the_worst_answer_first(page_url: str, tmp_path: Pat
     assert "alice.tanaka@example.com" not in visible and "[REDACTED]" in visible
 
 
-async def test_filters_work_in_the_browser(page_url: str, tmp_path: Path) -> None:
+async def test_filters_work_in_the_browser(page_url: str, tmp_path: Path, chromium: str) -> None:
     # The form's GET submits these parameters; the browser shows only that agent's answers.
     url = f"{page_url}/review?metric=faithfulness&agent=billing-bot&since=1h&worst=20"
-    page = seen(await run_chromium(tmp_path / "profile", "--dump-dom", url))
+    page = seen(await run_chromium(chromium, tmp_path / "profile", "--dump-dom", url))
     assert [a["trace_id"] for a in page.articles] == ["t-xss"]
     assert "agent billing-bot" in page.visible
+    assert "could not be measured" not in page.visible  # t-unmeasured is another agent's
     bad = seen(
-        await run_chromium(tmp_path / "profile2", "--dump-dom", f"{page_url}/review?since=soon")
+        await run_chromium(
+            chromium, tmp_path / "profile2", "--dump-dom", f"{page_url}/review?since=soon"
+        )
     )
     assert bad.articles == [] and "--since must look like" in bad.visible
 
 
-async def test_token_through_the_browser(tmp_path: Path) -> None:
+async def test_token_through_the_browser(tmp_path: Path, chromium: str) -> None:
     """With a token, the browser gets nothing without it and the page with it (HTTP Basic)."""
-    chromium()
     with structlog.testing.capture_logs():
         store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'review.db'}")
         try:
@@ -192,12 +204,16 @@ async def test_token_through_the_browser(tmp_path: Path) -> None:
             async with serve_review(lambda: store, TOKEN) as base:
                 denied = seen(
                     await run_chromium(
-                        tmp_path / "p1", "--dump-dom", f"{base}/review?since=1h&metric=faithfulness"
+                        chromium,
+                        tmp_path / "p1",
+                        "--dump-dom",
+                        f"{base}/review?since=1h&metric=faithfulness",
                     )
                 )
                 host = base.removeprefix("http://")
                 allowed = seen(
                     await run_chromium(
+                        chromium,
                         tmp_path / "p2",
                         "--dump-dom",
                         f"http://oncall:{TOKEN}@{host}/review?metric=faithfulness",
@@ -209,9 +225,10 @@ async def test_token_through_the_browser(tmp_path: Path) -> None:
     assert [a["trace_id"] for a in allowed.articles][:1] == ["t-worst"]
 
 
-async def test_screenshot(page_url: str, tmp_path: Path) -> None:
+async def test_screenshot(page_url: str, tmp_path: Path, chromium: str) -> None:
     shot = tmp_path / "review.png"
     await run_chromium(
+        chromium,
         tmp_path / "profile",
         f"--screenshot={shot}",
         "--window-size=1280,900",

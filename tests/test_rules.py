@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -14,7 +13,6 @@ import pytest
 import yaml
 
 from dashboards.contract import contract_metrics, contract_problems, scan
-from tests.support.services import service_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "rules"
@@ -47,16 +45,9 @@ def recording_rules() -> list[dict[str, Any]]:
     return [rule for group in groups(RECORDING) for rule in group["rules"]]
 
 
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        service_unavailable("promtool not installed (scripts/test.sh installs it)")
-    return path
-
-
-def test_promtool_check_rules() -> None:
+def test_promtool_check_rules(promtool: str) -> None:
     result = subprocess.run(
-        [promtool(), "check", "rules", str(RECORDING), str(ALERTS)],
+        [promtool, "check", "rules", str(RECORDING), str(ALERTS)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -67,9 +58,9 @@ def test_promtool_check_rules() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("unit_test", UNIT_TESTS, ids=lambda p: p.name)
-def test_promtool_unit_tests(unit_test: Path) -> None:
+def test_promtool_unit_tests(unit_test: Path, promtool: str) -> None:
     result = subprocess.run(
-        [promtool(), "test", "rules", str(unit_test)],
+        [promtool, "test", "rules", str(unit_test)],
         capture_output=True,
         text=True,
         timeout=240,
@@ -112,6 +103,7 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "RagmonFaithfulnessLow",
         "RagmonAnswerRelevancyLow",
         "RagmonContextRelevancyLow",
+        "RagmonUnfaithfulShareHigh",
         "RagmonTier0SupportDrop",
         "RagmonHallucinationRateHigh",
         "RagmonHallucinationRateRising",
@@ -127,27 +119,48 @@ def test_the_alerts_the_issue_asks_for() -> None:
         "RagmonConsumerLagGrowing",
         "RagmonNoEvaluations",
         "RagmonOtlpAssemblyShedding",
+        "RagmonStageStuck",
         "RagmonDaemonDown",
         "RagmonDaemonAbsent",
     }
 
 
 def test_quality_alerts_are_multi_window_with_a_minimum_sample_count() -> None:
+    """They page on the population estimate's interval (the whole 95% interval beyond the
+    threshold in both windows), never on the mean of the judged scores, and need judged traces
+    of the uniform draw."""
     thresholds = {
-        "RagmonFaithfulnessLow": ("faithfulness", "0.8"),
-        "RagmonAnswerRelevancyLow": ("answer_relevancy", "0.7"),
-        "RagmonContextRelevancyLow": ("context_relevancy", "0.6"),
+        "RagmonFaithfulnessLow": ("faithfulness", "mean", "upper", "< 0.8"),
+        "RagmonAnswerRelevancyLow": ("answer_relevancy", "mean", "upper", "< 0.7"),
+        "RagmonContextRelevancyLow": ("context_relevancy", "mean", "upper", "< 0.6"),
+        "RagmonUnfaithfulShareHigh": ("faithfulness", "below", "lower", "> 0.2"),
     }
+    seen = set()
     for rule in alert_rules():
         if rule["alert"] not in thresholds:
             continue
-        metric, threshold = thresholds[rule["alert"]]
+        seen.add(rule["alert"])
+        metric, quantity, bound, comparison = thresholds[rule["alert"]]
         expr = rule["expr"]
-        assert f'metric="{metric}"' in expr
-        assert "agent:ragmon_evaluation_score_ratio:mean1h{" in expr
-        assert "agent:ragmon_evaluation_score_ratio:mean6h{" in expr
-        assert expr.count(f"< {threshold}") == 2
-        assert re.search(r"agent:ragmon_evaluation_score_ratio_count:increase1h\{.*\} >= 20", expr)
+        assert f'metric="{metric}", quantity="{quantity}"' in expr
+        assert expr.startswith("agent:ragmon_estimate_ppi:mean1h{")  # $value: the estimate
+        for window in ("1h", "6h"):
+            assert re.search(
+                rf"agent:ragmon_estimate_ppi:{bound}{window}\{{.*\}} {comparison}", expr
+            )
+        assert re.search(r"agent:ragmon_estimate_judged:increase1h\{.*\} >= 20", expr)
+        assert "ragmon_evaluation_score_ratio" not in expr
+        description = rule["annotations"]["description"]
+        assert "95% interval" in description and "query" in description
+    assert seen == set(thresholds)
+
+
+def test_hallucination_rate_alerts_read_tier_zero_by_default() -> None:
+    """Tier 0's H_t covers every turn; the judge's only the turns it was sent."""
+    for rule in alert_rules():
+        if rule["alert"].startswith("RagmonHallucinationRate"):
+            for series in scan(rule["expr"]).metrics:
+                assert f'{series}{{evaluator=~"heuristic"}}' in rule["expr"], series
 
 
 def test_tier0_alert_pages_without_a_judge_against_the_agents_own_baseline() -> None:
@@ -217,7 +230,10 @@ def test_rules_use_only_exported_metrics_and_recorded_series() -> None:
     metrics = contract_metrics()
     recorded: dict[str, frozenset[str]] = {}
     for rule in recording_rules():
-        labels = frozenset(scan(rule["expr"]).grouping)
+        found = scan(rule["expr"])
+        labels = frozenset(found.grouping)
+        if not labels:  # arithmetic of recorded series keeps their labels
+            labels = frozenset().union(*(recorded.get(m, frozenset()) for m in found.metrics))
         recorded[rule["record"]] = labels
     problems = []
     for rule in recording_rules() + alert_rules():
@@ -235,7 +251,7 @@ def test_rules_use_only_exported_metrics_and_recorded_series() -> None:
     assert used <= set(recorded), used - set(recorded)
 
 
-def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
+def test_thresholds_come_from_the_chart_values(tmp_path: Path, promtool: str) -> None:
     render = _render_module()
     custom = render.chart_rule_groups(
         {
@@ -284,12 +300,12 @@ def test_thresholds_come_from_the_chart_values(tmp_path: Path) -> None:
     path = tmp_path / "custom.yaml"
     path.write_text(yaml.safe_dump({"groups": custom}))
     result = subprocess.run(
-        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_demo_rules_are_the_charts_rules_with_short_windows() -> None:
+def test_the_demo_rules_are_the_charts_rules_with_short_windows(promtool: str) -> None:
     """monitor/demo/prometheus_rules.yaml is generated from the same template (rules/render.py),
     valid for promtool, and differs from the production rules only in durations, minimum
     counts and labels -- never in thresholds or which rules exist."""
@@ -299,7 +315,7 @@ def test_the_demo_rules_are_the_charts_rules_with_short_windows() -> None:
         "monitor/demo/prometheus_rules.yaml is stale: run python rules/render.py"
     )
     result = subprocess.run(
-        [promtool(), "check", "rules", str(demo_file)], capture_output=True, text=True, timeout=60
+        [promtool, "check", "rules", str(demo_file)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
     demo = {r.get("alert") or r["record"]: r for g in groups(demo_file) for r in g["rules"]}
@@ -314,3 +330,55 @@ def test_the_demo_rules_are_the_charts_rules_with_short_windows() -> None:
     hallucination = demo["RagmonHallucinationRateHigh"]
     assert hallucination["for"] == "1m" and "[1h]" not in hallucination["expr"]
     assert hallucination["labels"]["rendering"] == "demo"
+
+
+def test_the_estimate_rules_compute_what_the_estimator_computes() -> None:
+    """rules/tests/estimates.yaml expects, from its input series, the numbers of
+    monitor/estimates/estimator.py on the same sums: so the recording rules (which promtool
+    holds to those numbers) and the Python arithmetic (the bench, the daemon test) agree."""
+    from monitor.estimates import estimator
+
+    spec = yaml.safe_load((RULES / "tests" / "estimates.yaml").read_text())
+    checked = 0
+    for test in spec["tests"]:
+        per_minute: dict[str, dict[str, float]] = {}
+        for entry in test["input_series"]:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', entry["series"]))
+            step = float(entry["values"].split("+")[1].split("x")[0])
+            terms = per_minute.setdefault(labels["agent"], {})
+            terms[labels["term"]] = terms.get(labels["term"], 0.0) + step
+        for case in test.get("promql_expr_test", []):
+            match = re.fullmatch(
+                r"round\(agent:ragmon_estimate_(\w+):([a-z]+)(\dh), 0\.0001\)", case["expr"]
+            )
+            if match is None:
+                continue
+            method, what, window = match.groups()
+            (sample,) = case["exp_samples"]
+            agent = dict(re.findall(r'(\w+)="([^"]*)"', sample["labels"]))["agent"]
+            minutes = {"1h": 60, "6h": 360}[window]
+            terms = estimator.Terms.of({k: v * minutes for k, v in per_minute[agent].items()})
+            expected: float | None
+            if method == "judged":
+                expected = terms.judged
+            elif what == "correction":
+                expected = estimator.correction(terms)
+            elif method == "uniform" and what == "mean":  # needs no error: one unit will do
+                expected = terms.y / terms.m
+            else:
+                estimate = (
+                    estimator.uniform(terms) if method == "uniform" else
+                    estimator.prediction_powered(terms)
+                )  # fmt: skip
+                assert estimate is not None
+                low, high = estimate.interval()
+                expected = {
+                    "mean": estimate.value,
+                    "stderr": estimate.stderr,
+                    "lower": low,
+                    "upper": high,
+                }[what]
+            assert expected is not None
+            assert float(sample["value"]) == pytest.approx(round(expected, 4), abs=1e-9)
+            checked += 1
+    assert checked >= 20

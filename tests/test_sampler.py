@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.sampler import Sampler
-from monitor.models import Context, EvaluationResult, Score, Trace
+from monitor.models import Context, EvaluationResult, Feedback, Score, Trace
 from tests.support.traces import FIXED_TIME, make_trace
 
 
@@ -94,3 +94,75 @@ def test_answers_tier_zero_cannot_compare_across_languages_always_go_to_the_judg
     result = tier0_evaluator.evaluate(asked_in_english)
     assert result.scores["answer_relevancy"].reason == "cross_language"
     assert sampler.decide(asked_in_english, result) == "priority"
+
+
+def test_the_uniform_draw_does_not_depend_on_any_priority() -> None:
+    """The same conversations are drawn whether their traces are priorities or not and whether
+    the priority rules are on or off: the uniform draw stays a sample of all traffic."""
+    on = Sampler(SamplingConfig(rate=0.2, priority_max_share=1.0))
+    off = Sampler(
+        SamplingConfig(
+            rate=0.2,
+            priority_faithfulness_below=0.0,
+            priority_feedback_at_or_below=None,
+            priority_no_contexts=False,
+        )
+    )
+    drawn_on, drawn_off, priorities = set(), set(), 0
+    for i in range(3000):
+        t = trace(f"conv-{i}")
+        low = tier0(support=0.1 if i % 3 == 0 else 0.9)  # every third trace is a priority
+        chosen = on.select(t, low).selection
+        priorities += chosen.priority is not None
+        if chosen.uniform:
+            drawn_on.add(t.conversation_id)
+            assert chosen.inclusion_probability == 0.2
+        if off.select(t, low).selection.uniform:
+            drawn_off.add(t.conversation_id)
+        assert off.select(t, tier0(support=0.9)).selection.uniform == chosen.uniform
+    assert priorities == 1000
+    assert drawn_on == drawn_off
+    # the draw is uniform over priorities and the rest alike
+    among_priorities = sum(f"conv-{i}" in drawn_on for i in range(0, 3000, 3)) / 1000
+    among_others = sum(f"conv-{i}" in drawn_on for i in range(3000) if i % 3) / 2000
+    assert 0.16 < among_priorities < 0.24 and 0.17 < among_others < 0.23
+    # a drawn priority is judged as part of the draw, its rule still recorded
+    both = next(i for i in range(0, 3000, 3) if f"conv-{i}" in drawn_on)
+    choice = on.select(trace(f"conv-{both}"), tier0(support=0.1))
+    assert choice.decision == "sampled"
+    assert choice.selection.uniform and choice.selection.priority == "low_support"
+
+
+def test_the_inclusion_probability_is_the_rate_in_force_when_deciding() -> None:
+    sampler = Sampler(SamplingConfig(rate=0.4, queue_size=100))
+    assert sampler.select(trace("c"), tier0()).selection.inclusion_probability == 0.4
+    sampler.observe_queue(90, now=10.0)  # load halves the rate
+    chosen = [sampler.select(trace(f"c{i}"), tier0()).selection for i in range(200)]
+    assert {s.inclusion_probability for s in chosen} == {0.2}
+    assert all(s.uniform == (Sampler.draw(trace(f"c{i}")) < 0.2) for i, s in enumerate(chosen))
+
+
+def test_priorities_judge_at_most_their_share_beyond_the_rate_and_the_rest_is_counted() -> None:
+    sampler = Sampler(SamplingConfig(rate=0.0, priority_max_share=0.1, priority_burst=5))
+    decisions = [sampler.decide(trace(f"c{i}"), tier0(support=0.1)) for i in range(1000)]
+    judged = decisions.count("priority")
+    assert decisions.count("priority_capped") == 1000 - judged
+    assert 100 <= judged <= 105  # a tenth of the traffic, plus the burst at the start
+    assert decisions[:5] == ["priority"] * 5
+    # the bucket refills with traffic that is no priority
+    for i in range(20):
+        assert sampler.decide(trace(f"calm{i}"), tier0()) == "skipped"
+    assert sampler.decide(trace("again"), tier0(support=0.1)) == "priority"
+    # each agent has its own share
+    other = trace("x").model_copy(update={"agent": "other-agent"})
+    assert sampler.decide(other, tier0(support=0.1)) == "priority"
+
+
+def test_every_priority_rule_is_named() -> None:
+    sampler = Sampler(SamplingConfig(rate=0.0))
+    assert sampler.select(trace("a"), tier0(0.2)).selection.priority == "low_support"
+    bare = trace("b").model_copy(update={"contexts": []})
+    assert sampler.select(bare, tier0()).selection.priority == "no_contexts"
+    unhappy = trace("c").model_copy(update={"feedback": Feedback(score=-1)})
+    assert sampler.select(unhappy, tier0()).selection.priority == "negative_feedback"
+    assert sampler.select(trace("d"), tier0()).selection.priority is None

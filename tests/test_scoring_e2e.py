@@ -84,7 +84,12 @@ async def test_a_trace_gets_a_stored_published_and_exported_result(
         await store.close()
 
     value = daemon.metrics.registry.get_sample_value
-    labels = {"agent": "support-bot", "metric": "faithfulness", "evaluator": "heuristic"}
+    labels = {
+        "agent": "support-bot",
+        "metric": "faithfulness",
+        "evaluator": "heuristic",
+        "selection": "all",
+    }
     assert value("ragmon_evaluation_score_ratio_count", labels) == 2.0
     assert value("ragmon_evaluation_score_ratio_sum", labels) < 2.0
     assert (

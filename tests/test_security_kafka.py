@@ -179,6 +179,10 @@ def test_a_wrong_sasl_password_is_a_clean_start_up_error(
     code, stderr, _ = wrong_password_run
     assert "Traceback" not in stderr and "Unclosed AIOKafkaProducer" not in stderr
     assert code == 3
+    (line,) = [x for x in stderr.splitlines() if x.startswith("rag-monitor:")]
+    assert line == stderr.strip().splitlines()[-1]
+    assert line.startswith("rag-monitor: cannot connect to Kafka at 127.0.0.1:")
+    assert ": SaslAuthenticationFailed: Authentication failed" in line and "[Error" not in line
 
 
 def test_an_untrusted_broker_certificate_is_refused(

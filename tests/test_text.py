@@ -1,25 +1,20 @@
-"""Text primitives of the heuristic evaluator: sentences, tokens, language, entities (EN + JA)."""
+"""Text primitives of the heuristic evaluator: sentences, tokens, entities (EN + JA)."""
 
 # Japanese punctuation and full-width letters are the point of these inputs.
 
 from __future__ import annotations
 
-import json
-
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.evaluators.text import (
     content_tokens,
-    detect_language,
     extract_entities,
     normalize_number,
     number_keys,
     split_sentences,
     stem,
 )
-from tests.support.dev_data import dev_data_path
 
 # --- sentence splitting ----------------------------------------------------------------------
 
@@ -105,76 +100,6 @@ def test_full_width_text_matches_ascii() -> None:
     assert content_tokens("ＡＢＣ　１２３") == content_tokens("ABC 123")
 
 
-# --- language --------------------------------------------------------------------------------
-
-
-def test_detect_language() -> None:
-    assert detect_language("Where is the nearest train station?") == "en"
-    assert detect_language("最寄りの駅はどこですか？") == "ja"
-    assert detect_language("Pythonは1991年に公開されました。") == "ja"
-    assert detect_language("Où se trouve la gare la plus proche de la ville?") == "other"
-    assert detect_language("가장 가까운 역은 어디입니까?") == "other"
-    # too little to tell: a bare name, a number, a two-kanji noun
-    assert detect_language("Delhi") == "unknown"
-    assert detect_language("1998") == "unknown"
-    assert detect_language("東京") == "unknown"
-    assert detect_language("") == "unknown"
-
-
-@pytest.mark.parametrize(
-    "sentence",
-    [
-        "Standard storage costs 2 cents per gigabyte per month.",
-        "Shipping takes 3-5 business days.",
-        "Max upload size 25 MB per file.",
-        "Response time: 200 ms at p95.",
-        "Plans start at $9 monthly, billed annually.",
-        "Café prices rose 5% in 2024.",
-        "Beyoncé sang at the 2013 Super Bowl halftime show.",
-        "Plants die without water.",
-        "The warranty period is two years.",
-    ],
-)
-def test_short_english_sentences_with_numbers_and_units_are_english(sentence: str) -> None:
-    """No English function word, or a borrowed accented word, does not make a sentence foreign."""
-    assert detect_language(sentence) == "en"
-
-
-@pytest.mark.parametrize(
-    "sentence",
-    [
-        "Der Zug fährt um 8 Uhr ab.",
-        "El tren sale a las 8 de la mañana.",
-        "Le stockage coûte 2 centimes par gigaoctet et par mois.",
-        "Il treno parte alle 8 della mattina e non si ferma.",
-    ],
-)
-def test_other_latin_languages_are_not_english(sentence: str) -> None:
-    assert detect_language(sentence) == "other"
-
-
-def _dev_rows(name: str) -> list[dict[str, str]]:
-    with dev_data_path("hallucination", name).open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-@pytest.mark.parametrize(("name", "language"), [("dev_en.jsonl", "en"), ("dev_ja.jsonl", "ja")])
-def test_language_of_the_dev_data(name: str, language: str) -> None:
-    """Every question and answer of the labelled dev data is detected as its language, or as
-    'unknown' when it is a bare name or phrase of one to three words -- never the other
-    language, never 'other'."""
-    for row in _dev_rows(name):
-        for field in ("question", "answer"):
-            text = row[field]
-            if not text:
-                continue
-            found = detect_language(text)
-            if found == "unknown":
-                assert len(text.split()) <= 3, text
-            else:
-                assert found == language, (field, text)
-
-
 # --- entities --------------------------------------------------------------------------------
 
 
@@ -216,4 +141,3 @@ def test_primitives_never_fail_and_sentences_come_from_the_text(text: str) -> No
     content_tokens(text)
     extract_entities(text)
     number_keys(text)
-    assert detect_language(text) in ("ja", "en", "other", "unknown")

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
+import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-from aiokafka.errors import KafkaError
-
 from monitor.command import ExitCode, Subparsers, fail, program_name, set_handler, settings_or_exit
-from monitor.logs import configure_logging
-from monitor.sinks.topics import MissingTopicError
 
 if TYPE_CHECKING:  # the daemon's wiring is imported when `run` runs, not for every command
     from monitor.daemon import Daemon
@@ -33,9 +29,16 @@ def register(subparsers: Subparsers) -> None:
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
+    from aiokafka.errors import KafkaError
+
     from monitor.daemon import Daemon, SourceSpec
     from monitor.http import HttpBindError
+    from monitor.logs import configure_logging
+    from monitor.sinks.topics import MissingTopicError
     from monitor.sources.file import SourceReadError, input_problem
+    from monitor.sources.kafka_errors import bootstrap_failures, error_text
 
     config: Path | None = args.config
     settings = settings_or_exit(config)
@@ -50,34 +53,32 @@ def handle(args: argparse.Namespace) -> ExitCode:
             return fail(f"--source file:{problem}", ExitCode.USAGE)
     configure_logging(settings.log.format, settings.log.level)
     daemon = Daemon(settings, source, config_dir=config.parent if config is not None else None)
-    log = structlog.get_logger("monitor.cli")
+    # Each failure below is reported once, in the command's last line (not also as a log).
     try:
-        code = asyncio.run(_serve(daemon))
+        with bootstrap_failures() as failures:
+            code = asyncio.run(_serve(daemon))
     except HttpBindError as exc:
-        log.error("cannot start", error=str(exc))
         return fail(
             f"{exc}; set http.port (RAGMON_HTTP__PORT) or http.host (RAGMON_HTTP__HOST)",
             ExitCode.UNAVAILABLE,
         )
     except SourceReadError as exc:
-        log.error("cannot read the source", error=str(exc))
         return fail(f"{exc} (--source)", ExitCode.USAGE)
     except MissingTopicError as exc:
-        log.error("cannot start", error=str(exc))
         return fail(str(exc), ExitCode.UNAVAILABLE)
     except (KafkaError, OSError) as exc:
-        detail = f"{type(exc).__name__}: {exc}"
-        log.error("cannot start", error=detail)
         if source.kind == "file":
-            return fail(f"cannot start: {detail}", ExitCode.UNAVAILABLE)
+            return fail(f"cannot start: {error_text(exc)}", ExitCode.UNAVAILABLE)
         # Unreachable brokers, rejected credentials, an untrusted certificate. aiokafka's
         # messages name the broker and the failure, never the password.
+        where = failures.describe(exc, settings.kafka.bootstrap_servers)
         return fail(
-            f"cannot connect to Kafka ({settings.kafka.bootstrap_servers}):"
-            f" {detail}; check kafka.bootstrap_servers (RAGMON_KAFKA__BOOTSTRAP_SERVERS)"
-            " and the kafka.security settings",
+            f"cannot connect to Kafka at {where}; check kafka.bootstrap_servers"
+            " (RAGMON_KAFKA__BOOTSTRAP_SERVERS) and the kafka.security settings",
             ExitCode.UNAVAILABLE,
         )
+    if daemon.failure is not None:
+        return fail(str(daemon.failure), ExitCode.UNAVAILABLE)
     if source.kind == "file":
         print(replay_summary(daemon, source.path or "-"))
     return code
@@ -112,20 +113,47 @@ def replay_summary(daemon: Daemon, path: str) -> str:
 
 
 async def _serve(daemon: Daemon) -> ExitCode:
+    import asyncio
+
+    import structlog
+
     log = structlog.get_logger("monitor.cli")
     loop = asyncio.get_running_loop()
     signals_seen = 0
 
-    def on_signal(signum: int) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        # A plain signal handler (not the loop's): it runs even while the loop is busy, so the
+        # deadline counts from the signal and the guard below starts at once.
         nonlocal signals_seen
         signals_seen += 1
         if signals_seen > 1:
-            log.warning("second signal; exiting at once", signal=signal.Signals(signum).name)
-            os._exit(ExitCode.FORCED)
-        daemon.request_stop()
+            _exit_now(f"second signal ({signal.Signals(signum).name}); exiting at once")
+        daemon.shutdown.start()  # the deadline counts from the signal
+        _guard_deadline(daemon.shutdown.guard_seconds, daemon.shutdown.deadline_seconds)
+        loop.call_soon_threadsafe(daemon.request_stop)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
+        signal.signal(signum, on_signal)
     code = await daemon.run()
-    log.info("stopped", exit_code=code)
+    log.info("stopped", exit_code=int(code))
     return code
+
+
+def _guard_deadline(after_seconds: float, deadline_seconds: float) -> None:
+    """End the process when the shutdown deadline is about to pass, whatever still runs (a
+    close that hangs, a thread that does not return): the daemon's own deadlines should have
+    ended it before. Unfinished work is read again by the partitions' next owner."""
+    timer = threading.Timer(
+        after_seconds,
+        _exit_now,
+        [f"shutdown deadline ({deadline_seconds:g}s) reached; exiting with work unfinished"],
+    )
+    timer.daemon = True
+    timer.start()
+
+
+def _exit_now(why: str) -> None:
+    # Written straight to the file descriptor: a logger's lock may be held by the code this
+    # interrupts (a signal handler runs in the main thread).
+    os.write(sys.stderr.fileno(), f"{program_name()}: {why}\n".encode())
+    os._exit(ExitCode.FORCED)

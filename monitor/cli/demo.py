@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import signal
 import sys
@@ -11,7 +10,6 @@ import threading
 from pathlib import Path
 
 from monitor.command import ExitCode, Subparsers, fail, program_name, set_handler, settings_or_exit
-from monitor.logs import configure_logging
 
 
 def register(subparsers: Subparsers) -> None:
@@ -22,7 +20,9 @@ def register(subparsers: Subparsers) -> None:
     )
     demo.add_argument("--port", type=int, default=9820, help="the daemon's HTTP port (0: any)")
     demo.add_argument("--rate", type=float, default=4.0, help="demo traces per second")
-    demo.add_argument("--duration", type=float, help="stop after this many seconds")
+    demo.add_argument(
+        "--duration", type=float, help="stop after this many seconds (default: at Ctrl-C)"
+    )
     demo.add_argument(
         "--no-prometheus",
         action="store_true",
@@ -31,13 +31,23 @@ def register(subparsers: Subparsers) -> None:
     demo.add_argument(
         "--prometheus-port", type=int, help="port of the demo's Prometheus (default 9090 if free)"
     )
+    demo.add_argument(
+        "--otlp",
+        action="store_true",
+        help="send the traffic as OpenTelemetry spans (GenAI conventions, OTLP protobuf, as a"
+        " Collector's Kafka exporter writes them) through the daemon's OTLP stage, instead of"
+        " native JSON traces",
+    )
     set_handler(demo, handle)
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
     from monitor.demo.processes import kill_all_children
     from monitor.demo.run import STOP_GRACE_SECONDS, BrokerDied, DemoError, run_demo
     from monitor.http import HttpBindError
+    from monitor.logs import configure_logging
 
     duration: float | None = args.duration
     settings = settings_or_exit(None)
@@ -84,6 +94,7 @@ def handle(args: argparse.Namespace) -> ExitCode:
             on_stopping=start_watchdog,
             prometheus=not args.no_prometheus,
             prometheus_port=args.prometheus_port,
+            otlp=args.otlp,
         )
 
     try:

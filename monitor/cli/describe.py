@@ -6,11 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-import yaml
-
 from monitor.command import ExitCode, Subparsers, set_handler, settings_or_exit
-from monitor.config import masked_dump
-from monitor.models import Trace
 
 
 def register(subparsers: Subparsers) -> None:
@@ -27,6 +23,10 @@ def register(subparsers: Subparsers) -> None:
 
 
 def check_config(args: argparse.Namespace) -> ExitCode:
+    import yaml
+
+    from monitor.config import masked_dump
+
     settings = settings_or_exit(args.config)
     print(yaml.safe_dump(masked_dump(settings), sort_keys=False, allow_unicode=True), end="")
     return ExitCode.OK
@@ -38,6 +38,8 @@ def print_schema(args: argparse.Namespace) -> ExitCode:
 
 
 def trace_json_schema() -> dict[str, object]:
+    from monitor.models import Trace
+
     schema = Trace.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://rag-monitor.dev/schema/trace-v1.json"

@@ -1,4 +1,4 @@
-"""`rag-monitor score`: score a JSONL file of native traces offline, then print a summary.
+"""`rag-monitor score`: score a JSONL file of traces offline, then print a summary.
 
 With a judge (``--evaluator llm|ragas``) every trace was asked for: nothing is shed for load,
 the judge waits for a slow server (its concurrency adapts, its deadlines follow each request's
@@ -9,16 +9,18 @@ with a one-line reason and counts when traces end unjudged.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry
+from typing import TYPE_CHECKING
 
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
-from monitor.config import Settings
-from monitor.logs import configure_logging
-from monitor.models import Trace
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from monitor.config import Settings
+    from monitor.models import Trace
+    from monitor.offline import FileInput
 
 
 def _positive_int(text: str) -> int:
@@ -36,8 +38,15 @@ def _positive_seconds(text: str) -> float:
 
 
 def register(subparsers: Subparsers) -> None:
-    score = subparsers.add_parser("score", help="score a JSONL file of native traces offline")
-    score.add_argument("--input", required=True, help="traces, one JSON object a line; - = stdin")
+    score = subparsers.add_parser(
+        "score", help="score a JSONL file of traces offline (native or OTLP/JSON, as `run` reads)"
+    )
+    score.add_argument(
+        "--input",
+        required=True,
+        help="traces, one JSON object a line: native traces or OTLP/JSON span and log exports,"
+        " as `run --source file:` reads them; - = stdin",
+    )
     score.add_argument("--output", required=True, type=Path, help="results, one JSON a line")
     score.add_argument(
         "--evaluator",
@@ -78,6 +87,9 @@ def with_judge_flags(settings: Settings, args: argparse.Namespace) -> Settings:
 
 
 def handle(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
+    from monitor.logs import configure_logging
     from monitor.offline import InputError, RunSummary, check_paths, read_traces
 
     input_path: str = args.input
@@ -97,10 +109,10 @@ def handle(args: argparse.Namespace) -> ExitCode:
         )
     configure_logging(settings.log.format, "warning")
     try:
-        traces, rejected = read_traces(input_path, sys.stderr)
+        found = read_traces(input_path, sys.stderr, otlp=settings.kafka.format != "native")
     except OSError as exc:
         return fail(f"--input {input_path}: {exc.strerror or exc}", ExitCode.USAGE)
-    registry = asyncio.run(_score_traces(settings, traces, output, evaluator))
+    registry, rejected, total = asyncio.run(_score_traces(settings, found, output, evaluator))
     summary = RunSummary.from_registry(registry, judge_active=judged)
     head = f"scored {summary.evaluated(evaluator)} traces ({rejected} rejected lines)"
     print(summary.render(head))
@@ -108,7 +120,7 @@ def handle(args: argparse.Namespace) -> ExitCode:
         unjudged, reasons = summary.unjudged()
         if unjudged:
             return fail(
-                f"{unjudged} of {len(traces)} traces were not judged ({reasons}); their"
+                f"{unjudged} of {total} traces were not judged ({reasons}); their"
                 f" {evaluator} results are unmeasured or missing in {output}",
                 ExitCode.UNAVAILABLE,
             )
@@ -116,16 +128,20 @@ def handle(args: argparse.Namespace) -> ExitCode:
 
 
 async def _score_traces(
-    settings: Settings, traces: list[Trace], output: Path, evaluator: str
-) -> CollectorRegistry:
-    """Score every trace into `output` (the results of every evaluator that ran); returns the
-    run's metrics registry (for the summary). With a judge, up to ``judge.max_concurrency``
+    settings: Settings, found: FileInput, output: Path, evaluator: str
+) -> tuple[CollectorRegistry, int, int]:
+    """Score every trace into `output` (the results of every evaluator that ran), OTLP lines
+    assembled first; returns the run's metrics registry (for the summary), how many lines were
+    rejected and how many traces there were. With a judge, up to ``judge.max_concurrency``
     traces are in flight (a conversation's turns still one after another, in order)."""
+    import asyncio
     from contextlib import AsyncExitStack
 
     from monitor.daemon import build_scoring_stage
     from monitor.evaluators.llm import LLMJudge
     from monitor.models import EvaluationResult
+    from monitor.offline_otlp import assemble_lines
+    from monitor.pipeline.conversation import turn_order_key
     from monitor.progress import Progress
     from monitor.sinks.metrics import Metrics
 
@@ -139,10 +155,14 @@ async def _score_traces(
             update={"judge": settings.judge.model_copy(update={"enabled": False, "base_url": None})}
         )
     metrics = Metrics()
+    traces, rejected = list(found.traces), found.rejected
+    if found.otlp:
+        assembled, bad_lines = await assemble_lines(found.otlp, settings, metrics, sys.stderr)
+        traces += assembled
+        rejected += bad_lines
     async with AsyncExitStack() as stack:
         stage = await build_scoring_stage(settings, metrics, stack, None, judge_everything=judged)
         processor = stage.processor
-        stack.push_async_callback(stage.tracker.flush)
         judge = stage.judge
 
         def concurrency() -> str:
@@ -172,11 +192,11 @@ async def _score_traces(
                 async with asyncio.TaskGroup() as group:
                     # tasks start in this order, so a conversation's turns queue in order
                     for trace in sorted(
-                        traces, key=lambda t: (t.conversation_id or "", t.turn or 0)
+                        traces, key=lambda t: (t.conversation_id or "", turn_order_key(t))
                     ):
                         await room.acquire()
                         group.create_task(score(trace))
             finally:
                 reporter.cancel()
                 progress.finish()
-    return metrics.registry
+    return metrics.registry, rejected, len(traces)

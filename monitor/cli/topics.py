@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
-
-from aiokafka.errors import KafkaError
+from typing import TYPE_CHECKING
 
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
-from monitor.sources.topic_admin import TopicOutcome, create_topics, needed_topics
+
+if TYPE_CHECKING:
+    from monitor.sources.topic_admin import TopicOutcome
 
 
 def register(subparsers: Subparsers) -> None:
@@ -24,28 +24,54 @@ def register(subparsers: Subparsers) -> None:
 
 
 def create_needed(args: argparse.Namespace) -> ExitCode:
+    import asyncio
+
+    from aiokafka.errors import KafkaError
+
+    from monitor.sources.kafka_errors import bootstrap_failures
+    from monitor.sources.topic_admin import create_topics, needed_topics
+
     settings = settings_or_exit(args.config)
     try:
-        outcomes = asyncio.run(create_topics(settings, needed_topics(settings)))
+        with bootstrap_failures(quiet=True) as failures:
+            outcomes = asyncio.run(create_topics(settings, needed_topics(settings)))
     except (KafkaError, OSError) as exc:
-        return fail(f"cannot reach Kafka: {type(exc).__name__}: {exc}", ExitCode.UNAVAILABLE)
+        where = failures.describe(exc, settings.kafka.bootstrap_servers)
+        return fail(
+            f"cannot reach Kafka at {where}; check kafka.bootstrap_servers"
+            " (RAGMON_KAFKA__BOOTSTRAP_SERVERS) and the kafka.security settings",
+            ExitCode.UNAVAILABLE,
+        )
     for outcome in outcomes:
         print(_line(outcome))
+    differing = [o for o in outcomes if o.differences]
+    if differing:
+        print(
+            f"{len(differing)} of {len(outcomes)} topics differ from the configuration"
+            " (topics create never changes a topic that exists)"
+        )
+    if any(o.partitions is not None and o.retention_ms is None for o in outcomes):
+        print("retention: not checked (the broker does not answer DescribeConfigs)")
     failed = any(o.error or o.partitions is None for o in outcomes)
     return ExitCode.UNAVAILABLE if failed else ExitCode.OK
 
 
 def _line(outcome: TopicOutcome) -> str:
+    """One topic as the broker reports it, then how it differs from the configuration."""
     spec = outcome.spec
     if outcome.error or outcome.partitions is None:
         return f"failed   {spec.name}  ({spec.setting}): {outcome.error or 'not visible'}"
     state = "created" if outcome.created else "exists "
-    retention = spec.configs.get("retention.ms")
-    kept = f", retention {_duration(int(retention))}" if retention and outcome.created else ""
-    return (
-        f"{state}  {spec.name}  {outcome.partitions} partitions{kept}"
-        f"  ({spec.setting}: {spec.purpose})"
-    )
+    found = _partitions(outcome.partitions)
+    if outcome.retention_ms is not None:
+        found += f", retention {_duration(int(outcome.retention_ms))}"
+    if outcome.differences:
+        found += "; configured: " + ", ".join(outcome.differences)
+    return f"{state}  {spec.name}  {found}  ({spec.setting}: {spec.purpose})"
+
+
+def _partitions(count: int) -> str:
+    return f"{count} partition" + ("" if count == 1 else "s")
 
 
 def _duration(ms: int) -> str:

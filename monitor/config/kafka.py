@@ -60,6 +60,12 @@ class KafkaConfig(Section):
         description="/readyz fails when no fetch response came from the broker for this long "
         "(a stalled connection), unless reading is held back by backpressure",
     )
+    stuck_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="a partition whose unfinished head has not finished for this long, or a "
+        "write failing this long, makes its stage stuck: /readyz fails, ragmon_stuck_partitions",
+    )
     otlp_group_id: str | None = Field(
         default=None, min_length=1, description="consumer group of the OTLP stage"
     )
@@ -97,6 +103,11 @@ class KafkaConfig(Section):
         description="after a release, late spans of the trace re-assemble and re-score it",
     )
     otlp_max_pending_traces: int = Field(default=10_000, gt=0)
+    otlp_max_spans_per_trace: int = Field(
+        default=10_000,
+        gt=0,
+        description="a trace with more spans is dead-lettered (too_many_spans), never mapped",
+    )
     otlp_max_pending_bytes: int = Field(default=256 * 2**20, gt=0)
     otlp_score_plain_llm_calls: bool = Field(
         default=False,
@@ -160,6 +171,19 @@ class KafkaConfig(Section):
             raise ValueError("dlq_topic must not be one of the consumed topics")
         if self.otlp_group_id is not None and self.otlp_group_id == self.group_id:
             raise ValueError("otlp_group_id must differ from group_id")
+        return self
+
+    @model_validator(mode="after")
+    def _check_stuck_bound(self) -> KafkaConfig:
+        # A spans message may wait that long for its trace, and the grace period's late spans
+        # for their revision, without anything being stuck.
+        waits = self.otlp_assembly_max_seconds + self.otlp_late_span_grace_seconds
+        if self.otlp_stage_enabled and self.stuck_seconds <= waits:
+            raise ValueError(
+                f"stuck_seconds ({self.stuck_seconds:g}) must be longer than "
+                f"otlp_assembly_max_seconds + otlp_late_span_grace_seconds ({waits:g}): "
+                "a trace may wait that long for its spans"
+            )
         return self
 
     @model_validator(mode="after")

@@ -15,7 +15,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_settings.exceptions import SettingsError
 
+from monitor.config.names import env_name, field_names_at, unknown_environment, unknown_key_hint
 from monitor.config.settings import ENV_NESTED_DELIMITER, ENV_PREFIX, Settings
+
+__all__ = ["ConfigError", "env_name", "load_settings", "masked_dump"]
 
 
 class ConfigError(Exception):
@@ -39,18 +42,25 @@ class ConfigError(Exception):
 
 def _origin(field: str, source: str | None) -> str | None:
     """Where a bad field's value was set, for the error line (None: nothing useful to say)."""
-    if not field or not field[0].isalpha():  # "--config", "(environment)", "(root)"
-        return None
+    if not field or not field[0].isalpha() or field.startswith(ENV_PREFIX):
+        return None  # "--config", "(environment)", "(root)", a variable named as such
     name = env_name(field)
     if name in os.environ:
         return f"env {name}"
     nested = sorted(k for k in os.environ if k.startswith(name + ENV_NESTED_DELIMITER))
     if nested:
         return f"env {nested[0]}" + (" ..." if len(nested) > 1 else "")
+    if not _is_known(field):  # an unknown key of the file: no variable could override it
+        return f"set in {source}" if source is not None else None
     section = _is_section(field)
     if source is not None:
         return f"set in {source}" if section else f"set in {source}; env {name} overrides it"
     return f"{name}__... variables" if section else f"env {name}"
+
+
+def _is_known(dotted_field: str) -> bool:
+    location = [int(p) if p.isdigit() else p for p in dotted_field.split(".")]
+    return str(location[-1]) in field_names_at(location)
 
 
 def _is_section(dotted_field: str) -> bool:
@@ -68,12 +78,6 @@ def _is_section(dotted_field: str) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-def env_name(dotted_field: str) -> str:
-    """The environment variable that sets a field: `kafka.topics` -> `RAGMON_KAFKA__TOPICS`."""
-    parts = [p for p in dotted_field.split(".") if not p.isdigit()]
-    return ENV_PREFIX + ENV_NESTED_DELIMITER.join(p.upper() for p in parts)
-
-
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -84,7 +88,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([("--config", f"{path} is not valid YAML: {exc}")]) from None
+        raise ConfigError(
+            [("--config", f"{path} is not valid YAML: {_yaml_problem(exc)}")]
+        ) from None
     except RecursionError:
         raise ConfigError([("--config", f"{path} is nested too deeply")]) from None
     if data is None:
@@ -99,12 +105,29 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line, with positions instead of its `"<unicode string>"` marks."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return " ".join(str(exc).split())
+    text = exc.problem or "malformed"
+    if exc.problem_mark is not None:
+        text = f"line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}: {text}"
+    if exc.context:
+        text += f" ({exc.context}"
+        if exc.context_mark is not None:
+            mark = exc.context_mark
+            text += f" that starts at line {mark.line + 1}, column {mark.column + 1}"
+        text += ")"
+    return text
+
+
 def load_settings(config_file: Path | None = None) -> Settings:
     """Build the effective settings, raising ConfigError that names every bad field."""
     file_values = _read_yaml(config_file) if config_file is not None else {}
     source = str(config_file) if config_file is not None else None
+    unknown = unknown_environment(os.environ)
     try:
-        return Settings(**file_values)
+        settings = Settings(**file_values)
     except RecursionError:
         raise ConfigError(
             [("(environment or file)", "a value is nested too deeply")], source
@@ -114,11 +137,17 @@ def load_settings(config_file: Path | None = None) -> Settings:
             _undecodable_env_values() or [("(environment)", str(exc))], source
         ) from None
     except ValidationError as exc:
-        problems = []
+        problems = list(unknown)
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"]) or "(root)"
-            problems.append((field, error["msg"]))
+            if error["type"] == "extra_forbidden":
+                problems.append((field, unknown_key_hint(error["loc"])))
+            else:
+                problems.append((field, error["msg"]))
         raise ConfigError(problems, source) from None
+    if unknown:
+        raise ConfigError(unknown, source)
+    return settings
 
 
 def _undecodable_env_values() -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ from monitor.config.process import (
     ShutdownConfig,
     TelemetryConfig,
 )
-from monitor.config.scoring import SamplingConfig, ScoringConfig
+from monitor.config.scoring import EstimatesConfig, SamplingConfig, ScoringConfig
 from monitor.config.sinks import RedactionSinksConfig, ResultsConfig, StoreConfig
 
 ENV_PREFIX = "RAGMON_"
@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    estimates: EstimatesConfig = Field(default_factory=EstimatesConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     results: ResultsConfig = Field(default_factory=ResultsConfig)
     redact: RedactionSinksConfig = Field(default_factory=RedactionSinksConfig)

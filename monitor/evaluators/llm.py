@@ -30,6 +30,12 @@ call; the result carries the *new* trace's ids (trace_id, conversation_id, turn,
 timestamp), the cached scores and statements, ``tokens`` of zero (nothing was spent) and the
 lookup's latency.
 
+Durable verdicts (`verdicts`, the store's `judge_verdicts` table in the daemon): every complete
+verdict of a trace, the turn judgement included, is also written under the trace's id and the
+same identity as soon as it arrives, and looked up first: a trace read again after a crash or a
+rebalance gets its own earlier verdict back as it was (tokens and latency included, so its
+stored result comes out the same) instead of a new call.
+
 :meth:`LLMJudge.judge_turn` is a third, optional call type for multi-turn tracking: constraint
 verdicts, newly stated and withdrawn user constraints, and outcome scores 0-10, in one call.
 """
@@ -42,14 +48,14 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.config.judge import JudgeConfig
-from monitor.evaluators.judge_cache import TTLCache, cache_key
+from monitor.evaluators.judge_cache import DurableVerdicts, TTLCache, cache_key
 from monitor.evaluators.judge_client import CallFailure, JudgeClient
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.judge_prompts import (
@@ -85,6 +91,7 @@ CONTEXT_METRICS = ("faithfulness", "context_precision", "context_relevancy")
 
 METRICS = ("faithfulness", "answer_relevancy", "context_precision", "context_relevancy")
 T = TypeVar("T")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class TurnJudgement(BaseModel):
@@ -128,6 +135,17 @@ class _Cached:
     statements: tuple[StatementVerdict, ...]
 
 
+def _ids(trace: Trace) -> dict[str, object]:
+    """The fields of a result that say which trace and turn it is of."""
+    return {
+        "trace_id": trace.trace_id,
+        "conversation_id": trace.conversation_id,
+        "turn": trace.turn,
+        "agent": trace.agent,
+        "timestamp": trace.timestamp,
+    }
+
+
 def _unmeasured(reason: str) -> dict[str, Score]:
     return {m: Score.unmeasured(reason) for m in METRICS}
 
@@ -143,6 +161,7 @@ class LLMJudge:
         metrics: JudgeMetrics | None = None,
         *,
         budget: TokenBudget | None = None,
+        verdicts: DurableVerdicts | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
@@ -166,6 +185,8 @@ class LLMJudge:
             wait_for_circuit=wait_for_circuit,
         )
         self._clock = clock
+        self.verdicts = verdicts  # this trace's verdicts, kept across restarts
+        self._flights: dict[str, asyncio.Future[Any]] = {}  # calls out, by durable key
 
     @property
     def client(self) -> JudgeClient:
@@ -186,8 +207,9 @@ class LLMJudge:
 
     # -----------------------------------------------------------------------------------------
 
-    async def evaluate(self, trace: Trace) -> EvaluationResult:
-        started = self._clock()
+    def _input(self, trace: Trace) -> tuple[JudgeInput, bool, str]:
+        """What the judge sees of the trace, whether its documents lack text, and the verdict
+        key (prompt version, model, hash of what is seen)."""
         inp = JudgeInput.build(
             trace,
             self.redactor,
@@ -198,7 +220,55 @@ class LLMJudge:
         if textless:  # judging the documents that have text would misjudge the answer
             inp = replace(inp, contexts=())
         fingerprint = inp.fingerprint() + ("\ncontexts_without_text" if textless else "")
-        key = cache_key(PROMPT_VERSION, self.config.model, fingerprint)
+        return inp, textless, cache_key(PROMPT_VERSION, self.config.model, fingerprint)
+
+    def _durable_key(self, trace: Trace, key: str) -> str:
+        """The key of the trace's own verdict (trace id and the cache key, hashed)."""
+        return cache_key(f"{PROMPT_VERSION}/trace", self.config.model, f"{trace.trace_id}\n{key}")
+
+    async def _durable(self, key: str, model: type[_M]) -> _M | None:
+        if self.verdicts is None:
+            return None
+        stored = await self.verdicts.get(key)
+        if stored is None:
+            return None
+        try:
+            return model.model_validate_json(stored)
+        except ValueError:
+            return None  # written by another version: ask again
+
+    async def evaluate(self, trace: Trace) -> EvaluationResult:
+        inp, textless, key = self._input(trace)
+        durable_key = self._durable_key(trace, key)
+        result = await self._once(
+            durable_key, lambda: self._evaluate(trace, inp, textless, key, durable_key)
+        )
+        return result.model_copy(update=_ids(trace))
+
+    async def _once(self, key: str, work: Callable[[], Awaitable[_M]]) -> _M:
+        """`work` once per key at a time. A trace read again while its first processing's call
+        is still out (its partition moved away and back) waits for that call instead of asking
+        again; the call runs on even when its caller gives up, so its verdict is kept."""
+        flight = self._flights.get(key)
+        if flight is None:
+            flight = self._flights[key] = asyncio.ensure_future(work())
+            flight.add_done_callback(lambda done: self._landed(key, done))
+        result: _M = await asyncio.shield(flight)
+        return result
+
+    def _landed(self, key: str, flight: asyncio.Future[Any]) -> None:
+        self._flights.pop(key, None)
+        if not flight.cancelled() and flight.exception() is not None:
+            log.warning("judge call failed", error=type(flight.exception()).__name__)
+
+    async def _evaluate(
+        self, trace: Trace, inp: JudgeInput, textless: bool, key: str, durable_key: str
+    ) -> EvaluationResult:
+        started = self._clock()
+        kept = await self._durable(durable_key, EvaluationResult)
+        if kept is not None:  # this trace's verdict, given before a crash or a rebalance
+            self.metrics.cache(True)
+            return kept.model_copy(update=_ids(trace))
         if self.cache.enabled:
             cached = self.cache.get(key)
             self.metrics.cache(cached is not None)
@@ -260,6 +330,8 @@ class LLMJudge:
         result = self._result(trace, scores, statements, tally.usage(), started, errors)
         if not errors and self.cache.enabled:
             self.cache.put(key, _Cached(scores=dict(scores), statements=tuple(statements)))
+        if not errors and self.verdicts is not None:
+            await self.verdicts.put(durable_key, trace.trace_id, result.model_dump_json())
         return result
 
     @staticmethod
@@ -354,6 +426,15 @@ class LLMJudge:
 
     # -----------------------------------------------------------------------------------------
 
+    def turn_key(self, trace: Trace) -> str:
+        """The durable key of this trace's turn judgement: its id and what the judge sees of its
+        question and answer (the constraints it is judged against follow from the
+        conversation's earlier turns)."""
+        seen = "\n".join(
+            (trace.trace_id, self.redactor.redact(trace.query), self.redactor.redact(trace.answer))
+        )
+        return cache_key(f"{PROMPT_VERSION}/turn", self.config.model, seen)
+
     async def judge_turn(
         self,
         trace: Trace,
@@ -370,7 +451,22 @@ class LLMJudge:
         ids of constraints it withdraws, and outcome scores 0-10 (relevance, answer_quality,
         instruction_following, coherence). On failure everything is unmeasured with the reason.
         """
+        durable_key = self.turn_key(trace)
+        return await self._once(
+            durable_key, lambda: self._judge_turn(trace, constraints, history, durable_key)
+        )
+
+    async def _judge_turn(
+        self,
+        trace: Trace,
+        constraints: list[Constraint],
+        history: list[tuple[str, str]],
+        durable_key: str,
+    ) -> TurnJudgement:
         started = self._clock()
+        kept = await self._durable(durable_key, TurnJudgement)
+        if kept is not None:
+            return kept
         inp = TurnInput.build(
             trace,
             [(c.id, c.text) for c in constraints],
@@ -403,7 +499,7 @@ class LLMJudge:
                 latency_ms=latency,
                 errors=[f"turn call: {parsed.reason} ({parsed.detail})"],
             )
-        return TurnJudgement(
+        judgement = TurnJudgement(
             trace_id=trace.trace_id,
             verdicts=list(parsed.verdicts),
             new_constraints=[
@@ -419,6 +515,9 @@ class LLMJudge:
             tokens=tally.usage(),
             latency_ms=latency,
         )
+        if self.verdicts is not None:
+            await self.verdicts.put(durable_key, trace.trace_id, judgement.model_dump_json())
+        return judgement
 
     @staticmethod
     def _new_id(trace: Trace, n: int, text: str) -> str:

@@ -1,32 +1,57 @@
 """Which traces get the costly LLM judge, and shedding load when it falls behind.
 
-Decisions are deterministic by a hash of the conversation id (a conversation is judged whole or
-not at all), at a per-agent rate. Priority traces (negative feedback, low tier-0 support, no
-contexts, an answer in another language than its contexts or question) skip the rate. When the
-judge queue fills, the effective rate is lowered instead of blocking consumption, and whatever
-cannot be queued is shed and counted.
+Two independent selections. The **uniform draw**: a hash of the conversation id against a
+per-agent rate (a conversation is judged whole or not at all), decided without looking at the
+trace, so the traces it selects are a sample of all traffic and population estimates can rest
+on them (monitor.estimates). **Priorities** (negative feedback, low tier-0 support, no contexts,
+an answer in another language than its contexts or question) are judged beyond the rate, for
+review and their own counters, up to `sampling.priority_max_share` of the agent's traffic (a
+token bucket of `priority_burst` judgements, refilled by that share per trace); what the cap
+skips is counted. A priority trace that the draw selected is a uniform one: the draw never
+depends on the priority.
+
+When the judge queue fills, the effective rate is lowered instead of blocking consumption (the
+rate in force is recorded as the trace's inclusion probability), and whatever cannot be queued
+is shed and counted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, get_args
 
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.token_budget import TokenBudget
-from monitor.models import EvaluationResult, Trace
+from monitor.models import EvaluationResult, PriorityReason, Selection, Trace
 
 CROSS_LANGUAGE = "cross_language"
+MAX_PRIORITY_BUCKETS = 1024
+"""Agents with a priority bucket of their own; any further agent shares one (the agent field
+is the producer's, so its values are not bounded)."""
+PRIORITY_REASONS: tuple[PriorityReason, ...] = get_args(PriorityReason)
 
-Decision = Literal["sampled", "priority", "skipped", "rate_lowered"]
-"""``rate_lowered``: the configured rate would have judged the trace, the load-lowered one did
-not -- judge work shed under load, counted with the other shed reasons."""
+Decision = Literal["sampled", "priority", "priority_capped", "skipped", "rate_lowered"]
+"""``sampled``: in the uniform draw (whether or not a priority too); ``priority``: judged for a
+priority rule only; ``priority_capped``: a priority the cap skipped; ``rate_lowered``: the
+configured rate would have drawn the trace, the load-lowered one did not -- judge work shed
+under load, counted with the other shed reasons."""
 
 
-def _unit_hash(key: str) -> float:
+def unit_hash(key: str) -> float:
+    """A uniform number in [0, 1) from `key`, the same on every replica and every run."""
     digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What the sampler decided for one trace: the selection a result records, and the
+    decision the metrics count."""
+
+    selection: Selection
+    decision: Decision
 
 
 class Sampler:
@@ -36,6 +61,7 @@ class Sampler:
         self.config = config
         self.load_factor = 1.0
         self._last_adjust = 0.0
+        self._priority_credit: dict[str, float] = {}
         # Judge clients charge this budget as they spend (pass it to them); see token_budget.
         self.budget = budget if budget is not None else TokenBudget(config.token_budget_per_hour)
 
@@ -46,18 +72,59 @@ class Sampler:
         return self.base_rate(agent) * self.load_factor
 
     def decide(self, trace: Trace, tier0: EvaluationResult) -> Decision:
-        if self._is_priority(trace, tier0):
-            return "priority"
-        draw = _unit_hash(trace.conversation_id or trace.trace_id)
-        if draw < self.effective_rate(trace.agent):
-            return "sampled"
-        return "rate_lowered" if draw < self.base_rate(trace.agent) else "skipped"
+        return self.select(trace, tier0).decision
 
-    def _is_priority(self, trace: Trace, tier0: EvaluationResult) -> bool:
+    def select(self, trace: Trace, tier0: EvaluationResult) -> Choice:
+        return self.choose(trace.agent, self.draw(trace), self.priority_reason(trace, tier0))
+
+    @staticmethod
+    def draw(trace: Trace) -> float:
+        """The trace's uniform draw: its conversation's (or, without one, its own) hash."""
+        return unit_hash(trace.conversation_id or trace.trace_id)
+
+    def choose(self, agent: str, draw: float, priority: PriorityReason | None) -> Choice:
+        """Decide one trace of `agent` from its draw and the priority rule it matched."""
+        rate = self.effective_rate(agent)
+        uniform = draw < rate
+        capped = False
+        cfg = self.config
+        bucket = agent
+        if (
+            agent not in self._priority_credit
+            and len(self._priority_credit) >= MAX_PRIORITY_BUCKETS
+        ):
+            bucket = ""
+        credit = min(
+            float(cfg.priority_burst),
+            self._priority_credit.get(bucket, float(cfg.priority_burst)) + cfg.priority_max_share,
+        )
+        if priority is not None and not uniform:
+            if credit >= 1.0:
+                credit -= 1.0
+            else:
+                capped = True
+        self._priority_credit[bucket] = credit
+        selection = Selection(
+            uniform=uniform,
+            inclusion_probability=rate,
+            priority=priority,
+            priority_capped=capped,
+        )
+        decision: Decision
+        if uniform:
+            decision = "sampled"
+        elif priority is not None:
+            decision = "priority_capped" if capped else "priority"
+        else:
+            decision = "rate_lowered" if draw < self.base_rate(agent) else "skipped"
+        return Choice(selection, decision)
+
+    def priority_reason(self, trace: Trace, tier0: EvaluationResult) -> PriorityReason | None:
+        """The first priority rule the trace matches, or None."""
         cfg = self.config
         # Documents without text are no retrieval failure, and the judge cannot use them either.
         if cfg.priority_no_contexts and not trace.contexts and not trace.contexts_without_text:
-            return True
+            return "no_contexts"
         threshold = cfg.priority_feedback_at_or_below
         if (
             threshold is not None
@@ -65,20 +132,22 @@ class Sampler:
             and trace.feedback.score is not None
             and trace.feedback.score <= threshold
         ):
-            return True
+            return "negative_feedback"
         # Tier 0 cannot compare words across languages (cross_language): only the judge, which
         # reads both, can tell whether such an answer is grounded.
         if CROSS_LANGUAGE in tier0.flags or any(
             score.reason == CROSS_LANGUAGE for score in tier0.scores.values()
         ):
-            return True
+            return "cross_language"
         # `support` (continuous) ranks hallucination risk better than the faithfulness ratio.
         faithfulness = tier0.scores.get("support") or tier0.scores.get("faithfulness")
-        return (
+        if (
             faithfulness is not None
             and faithfulness.value is not None
             and faithfulness.value < cfg.priority_faithfulness_below
-        )
+        ):
+            return "low_support"
+        return None
 
     def observe_queue(self, depth: int, now: float | None = None) -> None:
         """Lower the rate while the judge queue is over 3/4 full; recover below 1/4."""

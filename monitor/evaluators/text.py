@@ -3,8 +3,6 @@
 Everything here is deterministic, pure Python and dependency-free:
 
 - :func:`normalize` -- NFKC + camelCase/underscore splitting, the form every matcher works on.
-- :func:`detect_language` -- ``"ja"``, ``"en"``, ``"other"`` or ``"unknown"`` from script ratios
-  (and, for Latin script, function words and letters of languages other than English).
 - :func:`split_sentences` -- CJK-aware sentence splitting: the ideographic full stop and
   full-width/ASCII ``!?``, ``.`` with abbreviation, initial and decimal care, newlines and
   bullet/numbered lists.
@@ -16,13 +14,13 @@ Everything here is deterministic, pure Python and dependency-free:
 
 from __future__ import annotations
 
+import operator
 import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
-
-Language = Literal["ja", "en", "other", "unknown"]
 
 # ---------------------------------------------------------------------------------------------
 # Scripts
@@ -30,15 +28,11 @@ Language = Literal["ja", "en", "other", "unknown"]
 _HIRA = "\u3041-\u309f"
 _KATA = "\u30a0-\u30ff\u31f0-\u31ff"
 _KANJI = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006\u3007"
-_HANGUL = "\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 _LATIN = "A-Za-z\u00c0-\u024f"
 
-_RE_HIRA = re.compile(f"[{_HIRA}]")
-_RE_KATA = re.compile(f"[{_KATA}]")
-_RE_KANJI = re.compile(f"[{_KANJI}]")
-_RE_HANGUL = re.compile(f"[{_HANGUL}]")
 _RE_LATIN_WORD = re.compile(f"[{_LATIN}]+")
-_RE_LETTER = re.compile(r"[^\W\d_]")
+_RE_JAPANESE_CHAR = re.compile(f"[{_HIRA}{_KATA}{_KANJI}]")
+_RE_DIGIT = re.compile(r"\d")
 
 # ---------------------------------------------------------------------------------------------
 # English word lists (small, hand-written)
@@ -75,33 +69,6 @@ STOPWORDS: frozenset[str] = wordset(
     """
 )
 
-_EN_FUNCTION_WORDS: frozenset[str] = wordset(
-    """
-    the a an of to in is are was were and or for with on at by from that this it be as not
-    but have has had what which who how why when where do does did i you he she we they can
-    will would should there their its his her my your our than then also about into without
-    per each other only after before over under between through during been being these
-    those them him more most some any all could may must shall
-    """
-)
-
-# Function words of other Latin-script languages (French, Spanish, Portuguese, Italian, German,
-# Dutch, Scandinavian, Indonesian, ...) that are not English words, and letters English does
-# not use: evidence that Latin text is not English.
-_OTHER_LATIN_FUNCTION_WORDS: frozenset[str] = wordset(
-    """
-    le la les des du une est et dans sur avec pour pas qui ce cette sont nous vous ils elles
-    el los las del y que por para con una es se lo su al como pero muy
-    os da das dos em um uma não com mais
-    il di della delle degli che non sono gli nel
-    der die das und ist nicht ein eine zu mit dem den sich auf auch von wie für
-    het een en van zijn niet met voor ook
-    och att det som är inte med för jag og ikke er til
-    yang dan ini itu dengan untuk tidak dari ada akan
-    """
-)
-_RE_NON_ENGLISH_LETTER = re.compile(r"[\u00c0-\u00ff\u0100-\u024f]")
-
 NEGATIONS_EN: frozenset[str] = wordset(
     """
     not no never none nobody nothing neither nor without cannot can't don't doesn't didn't
@@ -134,73 +101,59 @@ _ABBREVIATIONS: frozenset[str] = wordset(
 # Normalisation
 
 
-_RE_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_RE_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# the letter before a split matched and put back: a look-behind would be tried at every position
+_RE_CAMEL = re.compile(r"([a-z])(?=[A-Z])|([A-Z])(?=[A-Z][a-z])")
+# Patterns below open with what they look for, not with a look-behind (which the regex engine
+# would try at every position of a text): the digit before a separator or a suffix is matched
+# and put back (r"\1"), the character before a number checked on the candidates.
+_RE_THOUSANDS = re.compile(r"(\d),(?=\d{3}(?!\d))")
+
+
+def _without_thousands_separators(text: str) -> str:
+    """'1,000' -> '1000'."""
+    return _RE_THOUSANDS.sub(r"\1", text) if "," in text else text
 
 
 @lru_cache(maxsize=1024)
 def normalize(text: str) -> str:
     """NFKC (full-width to ASCII, half-width kana to full-width), split camelCase and `_`."""
     text = unicodedata.normalize("NFKC", text)
-    text = _RE_CAMEL.sub(" ", text)
+    text = _RE_CAMEL.sub(r"\1\2 ", text)
     return text.replace("_", " ")
 
 
-# ---------------------------------------------------------------------------------------------
-# Language detection
+def has_digit(text: str) -> bool:
+    return _RE_DIGIT.search(text) is not None
 
 
-@lru_cache(maxsize=256)  # one answer is asked about several times per evaluation
-def detect_language(text: str) -> Language:
-    """Guess the language of `text` from its scripts.
-
-    ``"ja"`` when kana (or kana + kanji) make up a clear share of the letters; ``"en"`` for Latin
-    script that shows no other language (see :func:`_latin_language`); ``"other"`` for other
-    scripts or Latin text with another language's function words or letters; ``"unknown"`` when
-    there is too little text to tell (a bare name or number, a two-kanji noun).
-    """
-    text = unicodedata.normalize("NFKC", text)
-    letters = len(_RE_LETTER.findall(text))
-    if letters == 0:
-        return "unknown"
-    kana = len(_RE_HIRA.findall(text)) + len(_RE_KATA.findall(text))
-    kanji = len(_RE_KANJI.findall(text))
-    hangul = len(_RE_HANGUL.findall(text))
-    latin_words = _RE_LATIN_WORD.findall(text)
-    latin = sum(len(w) for w in latin_words)
-    cjk = kana + kanji
-    if kana and (kana >= 0.15 * letters or cjk >= 0.3 * letters):
-        return "ja"
-    if hangul >= 0.3 * letters:
-        return "other"
-    if kanji >= 0.3 * letters:
-        # kanji without kana: Chinese, or a very short Japanese noun phrase
-        return "other" if kanji >= 12 else "unknown"
-    if latin >= 0.5 * letters:
-        return _latin_language([w.lower() for w in latin_words])
-    return "other" if letters >= 12 else "unknown"
+def has_japanese(text: str) -> bool:
+    """Whether `text` has a kana or kanji character."""
+    return _RE_JAPANESE_CHAR.search(text) is not None
 
 
-def _latin_language(words: list[str]) -> Language:
-    """English unless the text shows another Latin-script language.
+# The characters that match an ASCII letter under re.IGNORECASE but not once lowercased.
+_RE_CASE_EXCEPTIONS = re.compile("[\u0130\u0131\u017f\u212a]")  # İ ı ſ K(elvin)
 
-    Short English sentences often carry no function word at all ("Standard storage costs 2
-    cents per gigabyte per month."), so the absence of English function words proves nothing;
-    what tells another language apart is its own function words ("la", "der", "que") or
-    letters English does not use ("é", "ß", "ñ"). Two or three words without either are too
-    little to tell (a name: "Super Bowl XLVIII").
-    """
-    english = sum(1 for w in words if w in _EN_FUNCTION_WORDS)
-    foreign = sum(1 for w in words if w in _OTHER_LATIN_FUNCTION_WORDS)
-    accented = sum(1 for w in words if _RE_NON_ENGLISH_LETTER.search(w))
-    evidence = foreign + accented
-    if evidence >= 2 and evidence > english:
-        return "other"
-    if english:
-        return "en"
-    if evidence or len(words) < 4:
-        return "unknown"
-    return "en"
+
+class CaselessPattern:
+    """A pattern written in lowercase, searched case-insensitively.
+
+    Searched on the lowercased text, not with re.IGNORECASE, which folds case at every step of
+    the match: two to three times faster, with the same answer for every text. The only
+    characters whose case rules differ (they match ASCII letters under re.IGNORECASE, or
+    lowercase to something else) are dotted and dotless I, the long s and the Kelvin sign; a
+    text with one of them is searched with re.IGNORECASE itself."""
+
+    def __init__(self, pattern: str) -> None:
+        if pattern != pattern.lower():
+            raise ValueError(f"a caseless pattern is written in lowercase: {pattern!r}")
+        self._lowered = re.compile(pattern)
+        self._ignorecase = re.compile(pattern, re.IGNORECASE)
+
+    def search(self, text: str) -> bool:
+        if _RE_CASE_EXCEPTIONS.search(text) is not None:
+            return self._ignorecase.search(text) is not None
+        return self._lowered.search(text.lower()) is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,11 +165,15 @@ _RE_BULLET = re.compile(
 )
 _CLOSERS = "\"'\u201d\u2019)\uff09\u300d\u300f\u3011\u3009\u300b]"
 _CLOSERS_RE = re.escape(_CLOSERS)
-_RE_CJK_END = re.compile(
-    f"(?:[\u3002\uff01\uff1f\uff0e]+|(?<=[{_HIRA}{_KATA}{_KANJI}])[!?]+)[{_CLOSERS_RE}]*"
-)
+# Patterns that open with what they look for, not with a look-behind: the regex engine then
+# skips ahead to the candidates instead of trying every position of a long context. What the
+# look-behind checked is checked on the few candidates (_split_line).
+_RE_CJK_END = re.compile(f"(?:[\u3002\uff01\uff1f\uff0e]+|[!?]+)[{_CLOSERS_RE}]*")
 _RE_LATIN_END = re.compile(f"[.!?\u2026]+[{_CLOSERS_RE}]*(?=\\s|$)")
-_RE_GLUED_END = re.compile(r"(?<=[a-z]{2}[.!?])(?=[A-Z][a-z])")
+_RE_GLUED_END = re.compile(r"[.!?](?=[A-Z][a-z])")
+_RE_TWO_LOWER = re.compile(r"[a-z]{2}")
+_RE_ANY_END = re.compile("[.!?\u2026\u3002\uff01\uff1f\uff0e]")  # in every end pattern above
+_RE_NEXT_CHAR = re.compile(r"\s*(\S?)")  # the next character that is not a space
 _RE_HAS_WORD = re.compile(r"[^\W_]")
 _QUOTATIVE = frozenset("とっな")
 
@@ -238,8 +195,13 @@ def _is_abbreviation_before(text: str, dot: int) -> bool:
 
 
 def _split_line(line: str) -> list[str]:
+    if _RE_ANY_END.search(line) is None:  # no sentence end can be found: one piece
+        return [line.strip()] if _RE_HAS_WORD.search(line) else []
     cuts: set[int] = set()
     for m in _RE_CJK_END.finditer(line):
+        begin = m.start()
+        if line[begin] in "!?" and not (begin and _RE_JAPANESE_CHAR.match(line, begin - 1)):
+            continue  # ASCII !? end a sentence only after Japanese text
         if m.group(0)[-1] in _CLOSERS and line[m.end() : m.end() + 1] in _QUOTATIVE:
             continue  # 「…。」と言った: the quote ends, the sentence goes on
         cuts.add(m.end())
@@ -247,11 +209,13 @@ def _split_line(line: str) -> list[str]:
         if m.group(0)[0] == ".":
             if m.group(0).rstrip(_CLOSERS) == "." and _is_abbreviation_before(line, m.start()):
                 continue
-            nxt = line[m.end() :].lstrip()
-            if nxt and nxt[0].islower():
+            nxt = _RE_NEXT_CHAR.match(line, m.end())
+            if nxt is not None and nxt.group(1).islower():
                 continue  # "e.g. this", "approx. five": not a sentence end
         cuts.add(m.end())
-    cuts.update(m.start() for m in _RE_GLUED_END.finditer(line))
+    for m in _RE_GLUED_END.finditer(line):  # "...in 2010.The next year"
+        if m.start() >= 2 and _RE_TWO_LOWER.match(line, m.start() - 2):
+            cuts.add(m.end())
     pieces: list[str] = []
     start = 0
     for cut in sorted(cuts):
@@ -286,12 +250,43 @@ def split_sentences(text: str) -> list[str]:
 # Tokenisation
 
 _RE_TOKEN = re.compile(
-    r"(?P<num>\d+(?:\.\d+)?)"
-    rf"|(?P<word>[{_LATIN}]+(?:['\u2019][{_LATIN}]+)*)"
-    rf"|(?P<kanji>[{_KANJI}]+)"
-    rf"|(?P<kata>[{_KATA}]+)"
-    rf"|(?P<hira>[{_HIRA}]+)"
+    rf"([{_LATIN}]+(?:['\u2019][{_LATIN}]+)*)"  # a word
+    r"|(\d+(?:\.\d+)?)"  # a number
+    rf"|([{_KANJI}]+)"
+    rf"|([{_KATA}]+)"
 )
+
+
+_SUFFIXES: tuple[tuple[str, str, int], ...] = (  # (suffix, replacement, stem length at least)
+    ("ational", "ate", 4),
+    ("ization", "ize", 4),
+    ("iveness", "ive", 4),
+    ("fulness", "ful", 4),
+    ("ousness", "ous", 4),
+    ("ements", "", 4),
+    ("ement", "", 4),
+    ("ments", "", 4),
+    ("ment", "", 4),
+    ("ities", "", 4),
+    ("ity", "", 4),
+    ("ness", "", 4),
+    ("ings", "", 3),
+    ("ing", "", 3),
+    ("ies", "y", 2),
+    ("ied", "y", 2),
+    ("edly", "", 3),
+    ("ly", "", 4),
+    ("ed", "", 3),
+    ("ers", "", 3),
+    ("er", "", 3),
+    ("es", "", 3),
+    ("s", "", 3),
+)
+# Only the suffixes that end with a word's last letter can match it: tried in the same order.
+_SUFFIXES_BY_LAST_LETTER = {
+    last: tuple(rule for rule in _SUFFIXES if rule[0][-1] == last)
+    for last in {suffix[-1] for suffix, _, _ in _SUFFIXES}
+}
 
 
 @lru_cache(maxsize=65536)
@@ -302,31 +297,7 @@ def stem(word: str) -> str:
         w = w[:-2]
     if len(w) <= 3:
         return w
-    for suffix, repl, min_len in (
-        ("ational", "ate", 4),
-        ("ization", "ize", 4),
-        ("iveness", "ive", 4),
-        ("fulness", "ful", 4),
-        ("ousness", "ous", 4),
-        ("ements", "", 4),
-        ("ement", "", 4),
-        ("ments", "", 4),
-        ("ment", "", 4),
-        ("ities", "", 4),
-        ("ity", "", 4),
-        ("ness", "", 4),
-        ("ings", "", 3),
-        ("ing", "", 3),
-        ("ies", "y", 2),
-        ("ied", "y", 2),
-        ("edly", "", 3),
-        ("ly", "", 4),
-        ("ed", "", 3),
-        ("ers", "", 3),
-        ("er", "", 3),
-        ("es", "", 3),
-        ("s", "", 3),
-    ):
+    for suffix, repl, min_len in _SUFFIXES_BY_LAST_LETTER.get(w[-1], ()):
         if w.endswith(suffix) and len(w) - len(suffix) >= min_len:
             if suffix != "s" or not w.endswith(("ss", "us", "is")):  # glass, status, analysis
                 w = w[: len(w) - len(suffix)] + repl
@@ -351,31 +322,42 @@ def normalize_number(raw: str) -> str:
 def _cjk_grams(run: str) -> list[str]:
     if len(run) == 1:
         return [run]
-    return [run[i : i + 2] for i in range(len(run) - 1)]
+    return list(map(operator.add, run[:-1], run[1:]))  # run[i : i + 2] for every i
 
 
-@lru_cache(maxsize=4096)  # recurring chunks (popular documents) are tokenised once
-def _content_tokens_cached(text: str) -> tuple[str, ...]:
-    text = _RE_THOUSANDS.sub("", normalize(text))
+@lru_cache(maxsize=65536)
+def _word_token(word: str) -> str:
+    """The matching unit of a Latin word, or "" for a stopword or a single letter."""
+    low = word.lower()
+    if low in STOPWORDS or (len(low) == 1 and low not in "0123456789"):
+        return ""
+    return _NUMBER_WORDS.get(low) or stem(low)
+
+
+def tokenize(text: str) -> tuple[str, ...]:
+    """:func:`content_tokens`, uncached: for text read once (a context's sentences, whose
+    reading is cached whole)."""
     out: list[str] = []
-    for m in _RE_TOKEN.finditer(text):
-        kind = m.lastgroup
-        tok = m.group(0)
-        if kind == "num":
-            out.append(normalize_number(tok))
-        elif kind == "word":
-            low = tok.lower()
-            if low in STOPWORDS or (len(low) == 1 and low not in "0123456789"):
-                continue
-            out.append(_NUMBER_WORDS.get(low) or stem(low))
-        elif kind == "kanji":
-            out.extend(_cjk_grams(tok))
-        elif kind == "kata":
-            tok = tok.strip("\u30fb")
-            if len(tok) >= 2:
-                out.extend(_cjk_grams(tok))
-        # hiragana runs are mostly particles, auxiliaries and okurigana: not content
+    # one group per kind of run; hiragana runs, mostly particles, auxiliaries and okurigana,
+    # are not content and match none
+    for word, num, kanji, kata in _RE_TOKEN.findall(_without_thousands_separators(normalize(text))):
+        if word:
+            token = _word_token(word)
+            if token:
+                out.append(token)
+        elif num:
+            out.append(normalize_number(num))
+        elif kanji:
+            out.extend(_cjk_grams(kanji))
+        else:
+            kata = kata.strip("\u30fb")
+            if len(kata) >= 2:
+                out.extend(_cjk_grams(kata))
     return tuple(out)
+
+
+# an answer's claims and the question are tokenised by several checks of the same trace
+_content_tokens_cached = lru_cache(maxsize=4096)(tokenize)
 
 
 def content_tokens(text: str) -> list[str]:
@@ -402,8 +384,9 @@ class Entity:
     surface: str  # as written
 
 
-_RE_NUMBER = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I)
-_RE_ORDINAL_SUFFIX = re.compile(r"(?<=\d)(?:st|nd|rd|th|s)\b")
+_RE_NUMBER = re.compile(r"(\d+(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I)
+_RE_GLUED_TO_NUMBER = re.compile(r"[A-Za-z0-9.]", re.I)  # "A380", "v2.1": no number starts here
+_RE_ORDINAL_SUFFIX = re.compile(r"(\d)(?:st|nd|rd|th|s)\b")
 _RE_CAP_WORD = re.compile(rf"[A-Z][{_LATIN}'\u2019\-]*")
 _NOT_NAMES = frozenset(["am", "pm", "a.m", "p.m", "ok"])
 _RE_KATA_WORD = re.compile(f"[{_KATA}]{{3,}}")
@@ -423,12 +406,25 @@ def _number_keys(num: str, ampm: str | None) -> list[str]:
     return [normalize_number(num)]
 
 
+def _numbers_written(text: str) -> Iterator[re.Match[str]]:
+    """The numbers of `text` that no letter, digit or '.' is glued to, left to right."""
+    pos = 0
+    while (m := _RE_NUMBER.search(text, pos)) is not None:
+        if m.start() and _RE_GLUED_TO_NUMBER.match(text, m.start() - 1):
+            pos = m.start() + 1  # as a look-behind would: the next position may start one
+            continue
+        yield m
+        pos = m.end()
+
+
 def _text_numbers(text: str) -> list[tuple[str, str]]:
     """(key, surface) for every number in `text` (normalised text expected)."""
-    text = _RE_THOUSANDS.sub("", text)
-    text = _RE_ORDINAL_SUFFIX.sub("", text)
+    if _RE_DIGIT.search(text) is None:
+        return []
+    text = _without_thousands_separators(text)
+    text = _RE_ORDINAL_SUFFIX.sub(r"\1", text)
     out: list[tuple[str, str]] = []
-    for m in _RE_NUMBER.finditer(text):
+    for m in _numbers_written(text):
         for key in _number_keys(m.group(1), m.group(2)):
             out.append((key, m.group(0)))
     return out
@@ -436,12 +432,16 @@ def _text_numbers(text: str) -> list[tuple[str, str]]:
 
 def number_keys(text: str) -> set[str]:
     """Every number written in `text`, normalised, number words ('eight') included."""
-    norm = normalize(text)
+    return normalized_number_keys(normalize(text))
+
+
+def normalized_number_keys(norm: str) -> set[str]:
+    """:func:`number_keys` of text already through :func:`normalize`."""
     keys = {k for k, _ in _text_numbers(norm)}
-    for w in _RE_LATIN_WORD.findall(norm):
-        mapped = _NUMBER_WORDS.get(w.lower())
-        if mapped is not None:
-            keys.add(mapped)
+    # every distinct word, lowercased in one call (no word holds a space, and lowercasing makes
+    # none), looked up among the number words in one intersection
+    words = set(" ".join(_RE_LATIN_WORD.findall(norm)).lower().split(" "))
+    keys.update(_NUMBER_WORDS[w] for w in words & _NUMBER_WORDS.keys())
     # "17:00" in a context also states the hour "17"
     keys |= {k.split(":", 1)[0] for k in keys if ":" in k}
     return keys
@@ -469,17 +469,16 @@ def extract_entities(text: str) -> list[Entity]:
     for sentence in split_sentences(norm):
         for m in _RE_CAP_WORD.finditer(sentence):
             word = m.group(0).strip("-'\u2019")
-            low = word.lower()
-            if low.endswith(("'s", "\u2019s")):
-                low = low[:-2]
-            if len(low) < 2 or low in STOPWORDS or low in _NUMBER_WORDS or low in _NOT_NAMES:
+            name = _name_key(word)
+            if name is None:
                 continue
-            initial = m.start() == 0 or sentence[: m.start()].rstrip().endswith((":", '"'))
-            if initial and word.isalpha() and not _looks_like_name(sentence[m.start() :], word):
-                continue
-            parts = [stem(x) for x in re.split(r"[-'\u2019]", low) if len(x) >= 2]
-            if parts:
-                add("name", " ".join(parts), word)
+            if (
+                word.isalpha()
+                and _sentence_initial(sentence, m.start())
+                and _RE_NAME_FOLLOWS.match(sentence, m.start() + len(word)) is None
+            ):
+                continue  # probably just the first word of the sentence, not a name
+            add("name", name, word)
         for m in _RE_KATA_WORD.finditer(sentence):
             word = m.group(0).strip("\u30fc\u30fb")
             if len(word) >= 3:
@@ -487,12 +486,31 @@ def extract_entities(text: str) -> list[Entity]:
     return out
 
 
-def _looks_like_name(sentence: str, word: str) -> bool:
-    """A sentence-initial capitalised word counts as a name if another capitalised word follows
-    it directly ('Gigi Lee') -- otherwise it is probably just the first word of the sentence."""
-    rest = sentence[len(word) :]
-    return re.match(r"\s+[A-Z][a-z]", rest) is not None
+@lru_cache(maxsize=16384)
+def _name_key(word: str) -> str | None:
+    """The matching key of a capitalised word ('Gigi' -> 'gigi', "O'Neill's" -> 'o neil'), or
+    None for a word that names nothing: a stopword, a number word, 'AM'."""
+    low = word.lower()
+    if low.endswith(("'s", "\u2019s")):
+        low = low[:-2]
+    if len(low) < 2 or low in STOPWORDS or low in _NUMBER_WORDS or low in _NOT_NAMES:
+        return None
+    parts = [stem(x) for x in _RE_NAME_JOINS.split(low) if len(x) >= 2]
+    return " ".join(parts) if parts else None
 
+
+def _sentence_initial(sentence: str, start: int) -> bool:
+    """Whether the word at `start` opens the sentence, or follows a ':' or a quote."""
+    before = start - 1
+    while before >= 0 and sentence[before].isspace():
+        before -= 1
+    return start == 0 or (before >= 0 and sentence[before] in ':"')
+
+
+# A sentence-initial capitalised word counts as a name when another capitalised word follows it
+# directly ('Gigi Lee').
+_RE_NAME_FOLLOWS = re.compile(r"\s+[A-Z][a-z]")
+_RE_NAME_JOINS = re.compile(r"[-'\u2019]")
 
 _NAME_WORD = rf"[A-Z][{_LATIN}'\u2019]*"
 _RE_NAME_RUN = re.compile(
@@ -504,8 +522,13 @@ _RE_ACRONYM = re.compile(r"\b[A-Z][A-Z&]{1,7}s?\b")
 def acronyms(text: str) -> list[tuple[str, tuple[str, ...]]]:
     """(acronym, member tokens) for runs of capitalised words: 'Bureau of Labor Statistics' ->
     ('bls', ('bureau', 'labor', 'statist')). Lets 'BLS' and its expansion support each other."""
+    return normalized_acronyms(normalize(text))
+
+
+def normalized_acronyms(norm: str) -> list[tuple[str, tuple[str, ...]]]:
+    """:func:`acronyms` of text already through :func:`normalize`."""
     out: list[tuple[str, tuple[str, ...]]] = []
-    for m in _RE_NAME_RUN.finditer(normalize(text)):
+    for m in _RE_NAME_RUN.finditer(norm):
         words = [w for w in m.group(0).split() if w[0].isupper()]
         if len(words) >= 2:
             acr = "".join(w[0] for w in words).lower()

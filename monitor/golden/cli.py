@@ -19,31 +19,19 @@ queries than ``max_query_failures``).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from monitor.command import ExitCode, Subparsers, set_handler
-from monitor.config import ConfigError, load_settings
-from monitor.golden import ranking, stats
-from monitor.golden.answers import AnswerJudge
-from monitor.golden.dataset import (
-    GenerationSuite,
-    RetrievalSuite,
-    SuiteKind,
-    detect_kind,
-    load_labels,
-    load_suite,
-)
-from monitor.golden.judges import open_answer_judge
-from monitor.golden.report import render_markdown, write_report
-from monitor.golden.results import RunResult
-from monitor.golden.runner import run_suite
-from monitor.golden.schedule import report_path
-from monitor.golden.trec import GoldenDataError, TieBreak, load_qrels, load_run
+from monitor.command import ExitCode, RawDescriptionHelpFormatter, Subparsers, set_handler
+
+if TYPE_CHECKING:  # each command imports what it needs when it runs (monitor.cli's rule)
+    from monitor.golden.answers import AnswerJudge
+    from monitor.golden.dataset import SuiteKind
+    from monitor.golden.results import RunResult
+    from monitor.golden.trec import TieBreak
 
 PROG = "rag-monitor golden"
 
@@ -145,17 +133,38 @@ def register(subparsers: Subparsers) -> None:
         help="ranking measures of a TREC run against TREC qrels",
         description="Compute MRR, nDCG, precision, recall and success from TREC files.",
         epilog=SCORE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionHelpFormatter,
     )
     score.add_argument("--qrels", type=Path, required=True, help="TREC qrels file")
     score.add_argument("--run", type=Path, required=True, help="TREC run file")
     score.add_argument(
         "--k", type=_cutoffs, default=None, metavar="K,K,...", help="cutoffs (default 5,10,30)"
     )
-    score.add_argument("--gain", choices=["exponential", "linear"], default=None)
-    score.add_argument("--tie-break", choices=["trec_eval", "stable"], default=None)
-    score.add_argument("--relevance-threshold", type=_non_negative, default=None, metavar="N")
-    score.add_argument("--missing-queries", choices=["zero", "skip"], default=None)
+    score.add_argument(
+        "--gain",
+        choices=["exponential", "linear"],
+        default=None,
+        help="nDCG gain (default exponential; linear with --trec-eval)",
+    )
+    score.add_argument(
+        "--tie-break",
+        choices=["trec_eval", "stable"],
+        default=None,
+        help="order of equal scores (default trec_eval)",
+    )
+    score.add_argument(
+        "--relevance-threshold",
+        type=_non_negative,
+        default=None,
+        metavar="N",
+        help="lowest grade that counts as relevant (default 2; 1 with --trec-eval)",
+    )
+    score.add_argument(
+        "--missing-queries",
+        choices=["zero", "skip"],
+        default=None,
+        help="a judged query the run lacks (default zero; skip with --trec-eval)",
+    )
     score.add_argument(
         "--trec-eval", action="store_true", help="trec_eval's conventions (see below)"
     )
@@ -169,7 +178,7 @@ def register(subparsers: Subparsers) -> None:
         help="run a configured suite against the live service and report",
         description="Run a golden-set suite once (a Kubernetes CronJob or a CI gate).",
         epilog=RUN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionHelpFormatter,
     )
     run.add_argument("suite", help="suite name (golden.suites[].name)")
     run.add_argument("--config", type=Path, help="YAML configuration file")
@@ -184,7 +193,7 @@ def register(subparsers: Subparsers) -> None:
         help="Cohen's kappa between two annotators' label files",
         description="Inter-annotator agreement on a golden set (Cohen's kappa).",
         epilog=AGREEMENT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionHelpFormatter,
     )
     agreement.add_argument("a", type=Path, help="first annotator's labels")
     agreement.add_argument("b", type=Path, help="second annotator's labels")
@@ -198,7 +207,7 @@ def register(subparsers: Subparsers) -> None:
         help="check a golden-set file (errors name file, line and field)",
         description="Load a retrieval or generation suite and report the first problem.",
     )
-    validate.add_argument("file", type=Path)
+    validate.add_argument("file", type=Path, help="the suite's YAML or JSONL file")
     validate.add_argument(
         "--kind",
         choices=["retrieval", "generation"],
@@ -227,6 +236,9 @@ def score_conventions(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _score(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from monitor.golden import ranking
+    from monitor.golden.trec import load_qrels, load_run
+
     conv = score_conventions(args)
     tie_break: TieBreak = conv["tie_break"]
     qrels = load_qrels(args.qrels)
@@ -288,6 +300,13 @@ def _summary_line(result: RunResult) -> str:
 
 
 def _run(args: argparse.Namespace, judge: AnswerJudge | None, out: TextIO) -> ExitCode:
+    import asyncio
+
+    from monitor.config import ConfigError, load_settings
+    from monitor.golden.judges import open_answer_judge
+    from monitor.golden.report import render_markdown, write_report
+    from monitor.golden.runner import run_suite
+    from monitor.golden.schedule import report_path
     from monitor.logs import configure_logging
 
     try:
@@ -361,6 +380,8 @@ def agreement_report(
     weighted: bool,
 ) -> dict[str, Any]:
     """Kappa(s), counts and the confusion of two label sets, paired on (query, doc)."""
+    from monitor.golden import stats
+
     common = [key for key in labels_a if key in labels_b]
     a = [labels_a[key] for key in common]
     b = [labels_b[key] for key in common]
@@ -395,6 +416,8 @@ def _fmt_kappa(value: float | None, reason: str | None, name: str | None) -> str
 
 
 def _agreement(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from monitor.golden.dataset import load_labels
+
     labels_a = load_labels(args.a)
     labels_b = load_labels(args.b)
     report = agreement_report(labels_a, labels_b, weighted=args.weighted)
@@ -440,6 +463,8 @@ def _agreement(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _validate(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from monitor.golden.dataset import GenerationSuite, RetrievalSuite, detect_kind, load_suite
+
     kind: SuiteKind = args.kind or detect_kind(args.file)
     suite = load_suite(args.file, kind)
     categories = Counter(
@@ -465,6 +490,8 @@ def dispatch(
     ``judge`` is the answer judge for generation suites (default: the configured ``judge``
     section's, when ``golden.judge_answers``); ``out`` the stream reports go to (stdout).
     """
+    from monitor.golden.trec import GoldenDataError
+
     stream = out if out is not None else sys.stdout
     command: str = args.golden_command
     try:

@@ -3,37 +3,39 @@
 A stage of the scoring pipeline (`ScoringProcessor.process`), not an afterthought: `turn(trace)`
 waits until the conversation's previous turn is done, loads the conversation (from the store
 when it is not in memory) and numbers the turn; the evaluators then run on the numbered trace;
-`Turn.record(result)` checks the constraints, writes the turn row and exports the per-turn
-metrics before the result is stored and published, so results carry their turn. A turn's
-values come from the LLM judge where the turn was judged, from tier 0 otherwise (the stored row
-and the metric name the evaluator).
+each result is prepared (constraints checked, the turn row made) and committed with the turn row
+in one step, so results carry their turn. A turn's values come from the LLM judge where the
+turn was judged, from tier 0 otherwise (the stored row and the metric name the evaluator).
 
 Turn numbers. A native trace's `turn` wins. Otherwise turns are numbered by their start (the
 OTLP root span's start, `metadata.started_at`; else `timestamp`), ties broken by trace id:
 turn = 1 + the number of the conversation's traces that started earlier. A trace that arrives
 after later-starting turns were numbered takes its place, and those turns move up by one (their
-turn rows and stored results are rewritten, and the results re-published). The numbers
-therefore depend only on which traces a conversation has: not on arrival order, batching,
-workers, replicas or re-delivery. What a moved turn already exported to Prometheus stays under
-the bucket it had; `ragmon_conversation_turns_renumbered_total` counts such moves.
+turn rows and stored results are rewritten in the same step, and the results re-published). The
+numbers therefore depend only on which traces a conversation has: not on arrival order,
+batching, workers, replicas or re-delivery. What a moved turn already exported to Prometheus
+stays under the bucket it had; `ragmon_conversation_turns_renumbered_total` counts such moves.
 
-State is bounded (idle expiry, then least-recently-used eviction, both counted) and durable: the
-turn rows are written before a trace is finished, and a conversation not in memory is rebuilt
-from the store when it is next seen (rows numbered against the rule are repaired then), so
-restarts and rebalances lose nothing.
+State is bounded (idle expiry, then least-recently-used eviction, both counted) and durable:
+every step is written (`monitor.sinks.conversations`, one transaction: the old numbering or the
+new, never a mix) before the trace is finished, and a conversation not in memory is rebuilt from
+the store when it is next seen, its turn rows and results checked together against the rule
+(its next step rewrites any that disagree), so restarts, rebalances and crashes lose nothing. A
+re-delivered trace keeps its turn, its judge verdicts are reused, and what did not change is
+neither written nor published again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -42,15 +44,24 @@ from monitor import metrics_catalog as catalog
 from monitor.config.conversation import ConversationConfig
 from monitor.evaluators.constraints import check_constraint
 from monitor.evaluators.multiturn import drift_rate, hallucination_rate, turn_bucket
+from monitor.faults import check_owned, current_owner
 from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trace
+from monitor.sinks.conversations import (
+    ConversationStep,
+    ConversationStore,
+    StoredTrace,
+    TraceIdConflict,
+    TurnRow,
+)
 from monitor.sinks.metrics import AgentLabels
-from monitor.sinks.store import Store, conversation_state_table, results_table, turns_table
+from monitor.sinks.store import StoredResult
 
 log = structlog.get_logger(__name__)
 
 EVALUATOR_RANK = {"heuristic": 0, "ragas": 1, "llm": 2}
 MAX_CARRIED_CONSTRAINTS = 20
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DISAGREE = 0  # a stored trace whose turn row and results carry different turns
 
 
 def start_micros(trace: Trace) -> int:
@@ -94,18 +105,23 @@ class ConversationMetrics:
         self.evicted = catalog.create(catalog.CONVERSATIONS_EVICTED, r)
         self.renumbered = catalog.create(catalog.TURNS_RENUMBERED, r)
 
+    def count_constraint_checks(self, agent: str, verdicts: Sequence[ConstraintVerdict]) -> None:
+        label = self.agent_label(agent)
+        for verdict in verdicts:
+            self.constraint_checks.labels(label, verdict.status).inc()
+
 
 class _Conversation:
     __slots__ = (
         "agent",
         "carried",
-        "dirty",
         "evaluators",
         "explicit",
         "last_memory",
         "last_seen",
         "order",
         "starts",
+        "stored_turns",
     )
 
     def __init__(self, agent: str) -> None:
@@ -113,11 +129,12 @@ class _Conversation:
         self.order: list[tuple[int, str]] = []  # (start µs, trace id) of turns numbered by start
         self.starts: dict[str, int] = {}  # trace id -> start µs, for the same turns
         self.explicit: dict[str, int] = {}  # trace id -> turn given by the producer
-        self.evaluators: dict[str, str] = {}  # trace id -> evaluator of its stored turn row
+        self.evaluators: dict[str, str] = {}  # trace id -> evaluator of its turn row
+        # trace id -> the turn its row and results carry in the store (DISAGREE: they differ)
+        self.stored_turns: dict[str, int] = {}
         self.carried: list[Constraint] = []  # user-stated constraints extracted by the judge
         self.last_seen = time.monotonic()
         self.last_memory: int | None = None
-        self.dirty = False
 
     @property
     def last_turn(self) -> int:
@@ -131,20 +148,20 @@ class _Conversation:
             return None
         return bisect.bisect_left(self.order, (start, trace_id)) + 1
 
-    def place(self, trace: Trace) -> tuple[int, bool, bool]:
-        """Number the trace: (turn, whether it is new here, whether later turns moved up)."""
+    def place(self, trace: Trace) -> tuple[int, bool]:
+        """Number the trace: (turn, whether it is new here). Later turns move up."""
         if trace.turn is not None:
             new = trace.trace_id not in self.explicit
             self.explicit[trace.trace_id] = trace.turn
-            return trace.turn, new, False
+            return trace.turn, new
         known = self.turn_of(trace.trace_id)
         if known is not None:
-            return known, False, False
+            return known, False
         start = start_micros(trace)
         index = bisect.bisect_left(self.order, (start, trace.trace_id))
         self.order.insert(index, (start, trace.trace_id))
         self.starts[trace.trace_id] = start
-        return index + 1, True, index < len(self.order) - 1
+        return index + 1, True
 
     def unplace(self, trace: Trace) -> None:
         """Undo a `place` whose turn was never recorded (its processing failed)."""
@@ -157,7 +174,14 @@ class _Conversation:
 
 
 class Turn:
-    """One trace's turn while it is processed; the conversation waits for it to finish."""
+    """One trace's turn while it is processed; the conversation waits for it to finish.
+
+    Each result of the turn is `prepare`d (the constraints checked, the turn judge asked, the
+    turn row made, the stored rows and results of turns whose number moved read and
+    renumbered), then `commit`ted: everything the step writes in one transaction, then the
+    conversation's state in memory. What to publish is the caller's: the prepared result and
+    the moved ones, before the commit (so a stored result was published).
+    """
 
     def __init__(
         self,
@@ -165,13 +189,13 @@ class Turn:
         conversation_id: str,
         conv: _Conversation,
         trace: Trace,
-        moves_later_turns: bool,
+        stored: StoredTrace,
     ) -> None:
         self.conversation_id = conversation_id
         self.trace = trace  # with its turn number
         self._tracker = tracker
         self._conv = conv
-        self.moves_later_turns = moves_later_turns
+        self._stored = stored
         self.recorded = False
 
     @property
@@ -179,18 +203,44 @@ class Turn:
         assert self.trace.turn is not None
         return self.trace.turn
 
-    async def record(self, result: EvaluationResult, *, count: bool = True) -> Recorded:
-        """Record one evaluator's result for this turn. Returns the result to emit (an `llm`
-        result with the turn judge's tokens added, when the turn judge ran) and the stored
-        results of other turns whose number this turn moved (already rewritten in the store),
-        to re-publish. `count` False leaves the metrics alone (a re-assembled trace that was
-        counted before)."""
-        return await self._tracker._record(self, self._conv, result, count)
+    @property
+    def prior(self) -> dict[str, StoredResult]:
+        """The trace's stored results by evaluator (a re-delivered trace), else empty."""
+        return self._stored.results
+
+    async def prepare(self, result: EvaluationResult, *, count: bool = True) -> Step:
+        """One evaluator's result for this turn, ready to publish and commit. `count` False
+        leaves the metrics alone at commit (a re-assembled trace that was counted before)."""
+        return await self._tracker._prepare(self, self._conv, self._stored, result, count)
+
+    async def commit(self, step: Step, stored: StoredResult | None, *, unchanged: bool) -> None:
+        """Write the step in one transaction: `stored` (the result as stored, None when there is
+        no store or nothing of it changed), the turn row unless `unchanged` leaves it as
+        stored, and the moved turns; then update the conversation in memory and the metrics.
+        Raises `TraceIdConflict` (a data fault) when the trace is a turn of another
+        conversation: nothing is written."""
+        await self._tracker._commit(self, self._conv, step, stored, unchanged)
+
+    async def record(self, result: EvaluationResult, *, count: bool = True) -> EvaluationResult:
+        """Prepare and commit a result that is neither stored nor published (no store)."""
+        step = await self.prepare(result, count=count)
+        await self.commit(step, None, unchanged=False)
+        return step.result
 
 
-class Recorded(NamedTuple):
-    result: EvaluationResult  # what to store and publish
-    moved: list[EvaluationResult]  # other turns' results, renumbered
+@dataclass
+class Step:
+    """One result of a turn, prepared (see `Turn`)."""
+
+    result: EvaluationResult  # what to store and publish: the turn judge's tokens added
+    row: TurnRow | None  # the trace's turn row; None when a judge's row outranks this result
+    moved: dict[str, int]  # trace id -> new turn, for every stored turn whose number moved
+    moved_rows: list[TurnRow]
+    moved_results: list[StoredResult]  # other turns' stored results, renumbered: re-publish
+    carried: list[Constraint] | None  # the conversation's carried constraints, if they changed
+    verdicts: list[ConstraintVerdict]
+    outcomes: dict[str, float]
+    count: bool
 
 
 class _TurnLock:
@@ -206,7 +256,7 @@ class ConversationTracker:
         self,
         config: ConversationConfig,
         metrics: ConversationMetrics,
-        store: Store | None = None,
+        store: ConversationStore | None = None,
         judge: TurnJudge | None = None,
     ) -> None:
         self._config = config
@@ -234,11 +284,16 @@ class ConversationTracker:
         try:
             async with held.lock:
                 conv = await self._conversation(conversation_id, trace.agent)
-                number, new, moves = conv.place(trace)
+                stored = StoredTrace()
+                if self._store is not None and trace.trace_id in conv.stored_turns:
+                    # stored before: a re-delivery (its results decide what is new)
+                    found = await self._store.traces([trace.trace_id])
+                    stored = found.get(trace.trace_id, stored)
+                number, new = conv.place(trace)
                 numbered = (
                     trace if trace.turn == number else trace.model_copy(update={"turn": number})
                 )
-                turn = Turn(self, conversation_id, conv, numbered, moves)
+                turn = Turn(self, conversation_id, conv, numbered, stored)
                 try:
                     yield turn
                 except BaseException:
@@ -251,48 +306,106 @@ class ConversationTracker:
                 del self._locks[conversation_id]
 
     async def observe(self, trace: Trace, result: EvaluationResult) -> None:
-        """Number the trace's turn and record one result for it (callers holding both)."""
+        """Number the trace's turn and record one result for it (no store, no publishing)."""
         async with self.turn(trace) as turn:
             if turn is not None:
                 await turn.record(result)
 
-    async def _record(
-        self, turn: Turn, conv: _Conversation, result: EvaluationResult, count: bool
-    ) -> Recorded:
+    async def _prepare(
+        self,
+        turn: Turn,
+        conv: _Conversation,
+        stored: StoredTrace,
+        result: EvaluationResult,
+        count: bool,
+    ) -> Step:
         trace, number = turn.trace, turn.number
         previous = conv.evaluators.get(trace.trace_id)
         rank = EVALUATOR_RANK.get(result.evaluator, 0)
-        if previous is not None and EVALUATOR_RANK.get(previous, 0) > rank:
-            # the turn already has a judge's values; tier 0 does not overwrite them
-            return Recorded(result, [])
-        first_time = previous is None
-        new_evaluator = previous != result.evaluator
-        verdicts, outcomes, judgement = await self._constraints(conv, trace, result)
-        if judgement is not None:
-            result = judgement.charged_to(result)  # every token spent judging this trace
-        row = self._row(trace, number, result, verdicts, outcomes, conv.starts.get(trace.trace_id))
-        moved: list[EvaluationResult] = []
+        row: TurnRow | None = None
+        verdicts: list[ConstraintVerdict] = []
+        outcomes: dict[str, float] = {}
+        carried: list[Constraint] | None = None
+        # A judge's values in the turn row are not overwritten by tier 0.
+        if previous is None or EVALUATOR_RANK.get(previous, 0) <= rank:
+            verdicts, outcomes, judgement, carried = await self._constraints(conv, trace, result)
+            if judgement is not None:
+                result = judgement.charged_to(result)  # every token spent judging this trace
+            row = self._row(trace, number, result, verdicts, outcomes, conv)
+        moved = {
+            trace_id: correct
+            for trace_id, turn_now in conv.stored_turns.items()
+            if (correct := conv.turn_of(trace_id)) is not None and correct != turn_now
+        }
+        moved_rows: list[TurnRow] = []
+        moved_results: list[StoredResult] = []
+        if moved and self._store is not None:
+            new = trace.trace_id not in conv.stored_turns
+            found_traces = await self._store.traces(sorted({*moved, trace.trace_id}))
+            owner = found_traces.get(trace.trace_id, StoredTrace()).turn
+            if new and owner is not None and owner.conversation_id != turn.conversation_id:
+                # the step would fail on it: say so before anything of it is published
+                raise TraceIdConflict(
+                    f"trace {trace.trace_id!r} is already a turn of another conversation"
+                )
+            for trace_id, found in found_traces.items():
+                if trace_id not in moved:
+                    continue
+                correct = moved[trace_id]
+                if found.turn is not None and not (trace_id == trace.trace_id and row):
+                    drift = _drift(correct, found.turn.detail.get("constraints", []))
+                    moved_rows.append(replace(found.turn, turn=correct, drift=drift))
+                for evaluator, kept in found.results.items():
+                    if trace_id == trace.trace_id and evaluator == result.evaluator:
+                        continue  # replaced by this result
+                    renumbered = kept.result.model_copy(update={"turn": correct})
+                    moved_results.append(replace(kept, result=renumbered))
+        return Step(
+            result, row, moved, moved_rows, moved_results, carried, verdicts, outcomes, count
+        )
+
+    async def _commit(
+        self,
+        turn: Turn,
+        conv: _Conversation,
+        step: Step,
+        stored: StoredResult | None,
+        unchanged: bool,
+    ) -> None:
+        trace, number = turn.trace, turn.number
+        settled = conv.stored_turns.get(trace.trace_id) == number
+        rows = list(step.moved_rows)
+        if step.row is not None and not (unchanged and settled):
+            rows.append(step.row)
+        results = list(step.moved_results) + ([stored] if stored is not None else [])
         if self._store is not None:
-            if turn.moves_later_turns:
-                moved = await self._rewrite(turn.conversation_id, conv, row)
-            else:
-                await self._store.save_row(turns_table, row)
-        turn.moves_later_turns = False
+            write = ConversationStep(turn.conversation_id, conv.agent, rows, results, step.carried)
+            if write:
+                await self._store.write(write, owned=current_owner())
         turn.recorded = True
-        conv.evaluators[trace.trace_id] = result.evaluator
+        previous = conv.evaluators.get(trace.trace_id)
+        if step.row is not None:
+            conv.evaluators[trace.trace_id] = step.result.evaluator
+            if self._store is not None:
+                conv.stored_turns[trace.trace_id] = number
+        for trace_id, correct in step.moved.items():
+            if self._store is not None:
+                conv.stored_turns[trace_id] = correct
+        if step.moved:
+            self._metrics.renumbered.inc(len(step.moved))
+        if step.carried is not None:
+            conv.carried = step.carried
         if number >= conv.last_turn and trace.memory_tokens is not None:
             conv.last_memory = trace.memory_tokens
-        conv.dirty = True
-        if new_evaluator and count:
-            self._export(trace, number, result.evaluator, row, verdicts, outcomes, first_time)
-        return Recorded(result, moved)
+        if step.row is not None and previous != step.result.evaluator and step.count:
+            self._export(trace, number, step, first_time=previous is None)
 
     async def _conversation(self, conversation_id: str, agent: str) -> _Conversation:
         conv = self._conversations.get(conversation_id)
         if conv is None:
             conv = await self._load(conversation_id, agent)
             self._conversations[conversation_id] = conv
-            await self._evict_over_limit()
+            self._evict_over_limit()
         else:
             self._conversations.move_to_end(conversation_id)
         conv.last_seen = time.monotonic()
@@ -300,33 +413,39 @@ class ConversationTracker:
         return conv
 
     async def _constraints(
-        self, conv: _Conversation, trace: Trace, result: EvaluationResult
-    ) -> tuple[list[ConstraintVerdict], dict[str, float], Any]:
-        """The turn's constraint verdicts and outcome scores, and the turn judge's judgement
-        (None when it did not run: no judge, or not the judge's result)."""
+        self,
+        conv: _Conversation,
+        trace: Trace,
+        result: EvaluationResult,
+    ) -> tuple[list[ConstraintVerdict], dict[str, float], Any, list[Constraint] | None]:
+        """The turn's constraint verdicts and outcome scores, the turn judge's judgement (None
+        when it did not run: no judge, or not the judge's result), and the conversation's
+        carried constraints when the judgement changed them."""
         explicit = list(trace.constraints or [])
         ids = {c.id for c in explicit}
         active = explicit + [c for c in conv.carried if c.id not in ids]
         verdicts = {c.id: check_constraint(c, trace.answer) for c in active}
         outcomes: dict[str, float] = {}
-        judgement = None
-        if self._judge is not None and result.evaluator == "llm":
-            judgement = await self._judge.judge_turn(trace, active, [])
-            for verdict in judgement.verdicts:
-                if verdicts.get(verdict.constraint_id, verdict).status == "unmeasured":
-                    verdicts[verdict.constraint_id] = verdict
-            withdrawn = set(judgement.withdrawn)
-            for constraint_id in withdrawn:  # withdrawn in this very turn: no longer active
-                verdicts.pop(constraint_id, None)
-            carried = [c for c in conv.carried if c.id not in withdrawn]
-            known = {c.id for c in carried}
-            for constraint in judgement.new_constraints:  # stated now: this answer owes it too
-                if constraint.id not in known and constraint.id not in verdicts:
-                    carried.append(constraint)
-                    verdicts[constraint.id] = check_constraint(constraint, trace.answer)
-            conv.carried = carried[-MAX_CARRIED_CONSTRAINTS:]
-            outcomes = {k: v for k, v in judgement.outcomes.items() if v is not None}
-        return list(verdicts.values()), outcomes, judgement
+        if self._judge is None or result.evaluator != "llm":
+            return list(verdicts.values()), outcomes, None, None
+        check_owned()  # a trace whose partition moved is judged by its next owner
+        judgement = await self._judge.judge_turn(trace, active, [])
+        for verdict in judgement.verdicts:
+            if verdicts.get(verdict.constraint_id, verdict).status == "unmeasured":
+                verdicts[verdict.constraint_id] = verdict
+        withdrawn = set(judgement.withdrawn)
+        for constraint_id in withdrawn:  # withdrawn in this very turn: no longer active
+            verdicts.pop(constraint_id, None)
+        carried = [c for c in conv.carried if c.id not in withdrawn]
+        known = {c.id for c in carried}
+        for constraint in judgement.new_constraints:  # stated now: this answer owes it too
+            if constraint.id not in known and constraint.id not in verdicts:
+                carried.append(constraint)
+                verdicts[constraint.id] = check_constraint(constraint, trace.answer)
+        carried = carried[-MAX_CARRIED_CONSTRAINTS:]
+        outcomes = {k: v for k, v in judgement.outcomes.items() if v is not None}
+        changed = carried if carried != conv.carried else None
+        return list(verdicts.values()), outcomes, judgement, changed
 
     def _row(
         self,
@@ -335,8 +454,8 @@ class ConversationTracker:
         result: EvaluationResult,
         verdicts: Sequence[ConstraintVerdict],
         outcomes: dict[str, float],
-        start_us: int | None,
-    ) -> dict[str, Any]:
+        conv: _Conversation,
+    ) -> TurnRow:
         supported = sum(1 for s in result.statements if s.supported)
         unsupported = len(result.statements) - supported
         faithfulness = result.scores.get("faithfulness")
@@ -353,137 +472,73 @@ class ConversationTracker:
             "constraints": constraints,
             "outcomes": outcomes,
         }
+        start_us = conv.starts.get(trace.trace_id)
         if start_us is not None:
             detail["start_us"] = start_us  # numbered by start: renumbered when one comes earlier
-        return {
-            "conversation_id": trace.conversation_id,
-            "turn": turn,
-            "trace_id": trace.trace_id,
-            "agent": trace.agent,
-            "timestamp": trace.timestamp,
-            "evaluator": result.evaluator,
-            "hallucination": hallucination,
-            "drift": _drift(turn, constraints),
-            "memory_tokens": trace.memory_tokens,
-            "detail": json.dumps(detail, ensure_ascii=False),
-        }
+        assert trace.conversation_id is not None
+        return TurnRow(
+            conversation_id=trace.conversation_id,
+            trace_id=trace.trace_id,
+            turn=turn,
+            agent=trace.agent,
+            timestamp=trace.timestamp,
+            evaluator=result.evaluator,
+            hallucination=hallucination,
+            drift=_drift(turn, constraints),
+            memory_tokens=trace.memory_tokens,
+            detail=detail,
+        )
 
-    def _export(
-        self,
-        trace: Trace,
-        turn: int,
-        evaluator: str,
-        row: dict[str, Any],
-        verdicts: Sequence[ConstraintVerdict],
-        outcomes: dict[str, float],
-        first_time: bool,
-    ) -> None:
+    def _export(self, trace: Trace, turn: int, step: Step, first_time: bool) -> None:
         m = self._metrics
+        assert step.row is not None
         agent = m.agent_label(trace.agent)
         bucket = turn_bucket(turn)
-        if row["hallucination"] is not None:
-            m.hallucination.labels(agent, evaluator, bucket).observe(row["hallucination"])
-        for name, value in outcomes.items():
+        evaluator = step.result.evaluator
+        if step.row.hallucination is not None:
+            m.hallucination.labels(agent, evaluator, bucket).observe(step.row.hallucination)
+        for name, value in step.outcomes.items():
             m.outcomes.labels(agent, name).observe(value)
         if not first_time:
             return  # drift, memory and constraint counts are per turn, whichever evaluator
-        if row["drift"] is not None:
-            m.drift.labels(agent, bucket).observe(row["drift"])
+        if step.row.drift is not None:
+            m.drift.labels(agent, bucket).observe(step.row.drift)
         if trace.memory_tokens is not None:
             m.memory.labels(agent).observe(trace.memory_tokens)
-        for verdict in verdicts:
-            m.constraint_checks.labels(agent, verdict.status).inc()
+        m.count_constraint_checks(trace.agent, step.verdicts)
 
     async def _load(self, conversation_id: str, agent: str) -> _Conversation:
+        """The conversation as stored. Traces whose turn row and results disagree, or whose
+        number is not the one the rule gives (a renumbering cut short by two writers during a
+        rebalance, or rows from before turn rows were keyed by trace), are rewritten by the
+        conversation's next step."""
         conv = _Conversation(agent)
         if self._store is None:
             return conv
-        rows = await self._store.select_rows(turns_table, conversation_id=conversation_id)
-        for row in rows:
-            start = _detail(row).get("start_us")
-            if isinstance(start, int) and not isinstance(start, bool):
-                conv.starts[row["trace_id"]] = start
+        stored = await self._store.load(conversation_id)
+        for row in stored.turns:
+            if row.start_us is not None:
+                conv.starts[row.trace_id] = row.start_us
             else:  # numbered by the producer (or stored before numbering by start)
-                conv.explicit[row["trace_id"]] = row["turn"]
+                conv.explicit[row.trace_id] = row.turn
         conv.order = sorted((start, trace_id) for trace_id, start in conv.starts.items())
-        misplaced = False
-        for row in sorted(rows, key=lambda r: r["turn"]):
-            correct = conv.turn_of(row["trace_id"])
-            if correct == row["turn"] or row["trace_id"] in conv.explicit:
-                conv.evaluators[row["trace_id"]] = row["evaluator"]
-                if row["turn"] >= conv.last_turn:
-                    conv.last_memory = row["memory_tokens"]
-            else:
-                misplaced = True
-        if misplaced:  # a renumbering interrupted by a crash, or two writers during a rebalance
-            log.warning("conversation turns renumbered on load", conversation_id=conversation_id)
-            await self._rewrite(conversation_id, conv, None)
-            for row in rows:
-                conv.evaluators.setdefault(row["trace_id"], row["evaluator"])
-        states = await self._store.select_rows(
-            conversation_state_table, conversation_id=conversation_id
-        )
-        if states:
-            saved = json.loads(states[0]["state"])
-            conv.carried = [Constraint.model_validate(c) for c in saved.get("carried", [])]
+        for row in sorted(stored.turns, key=lambda r: r.turn):
+            conv.evaluators[row.trace_id] = row.evaluator
+            agree = stored.result_turns.get(row.trace_id, {row.turn}) == {row.turn}
+            conv.stored_turns[row.trace_id] = row.turn if agree else DISAGREE
+            if row.turn >= conv.last_turn:
+                conv.last_memory = row.memory_tokens
+        misplaced = sum(1 for t, n in conv.stored_turns.items() if conv.turn_of(t) != n)
+        if misplaced:
+            log.warning(
+                "conversation turns to renumber on load",
+                conversation_id=conversation_id,
+                turns=misplaced,
+            )
+        conv.carried = stored.carried
         return conv
 
-    async def _rewrite(
-        self, conversation_id: str, conv: _Conversation, new_row: dict[str, Any] | None
-    ) -> list[EvaluationResult]:
-        """Put every stored turn numbered by start under its number (plus `new_row`), in one
-        transaction; then the moved turns' results. Returns the results rewritten."""
-        assert self._store is not None
-        rows = await self._store.select_rows(turns_table, conversation_id=conversation_id)
-        desired: dict[int, dict[str, Any]] = {}
-        moved: dict[str, int] = {}
-        held: set[int] = set()
-        # rows already in place last, so they win over a stale copy of the same turn
-        for row in sorted(rows, key=lambda r: conv.turn_of(r["trace_id"]) == r["turn"]):
-            trace_id = row["trace_id"]
-            if trace_id not in conv.starts:
-                continue  # numbered by the producer: left alone
-            held.add(row["turn"])
-            correct = conv.turn_of(trace_id)
-            if correct is None or (new_row is not None and trace_id == new_row["trace_id"]):
-                continue
-            if row["turn"] != correct:
-                moved[trace_id] = correct
-                row = {
-                    **row,
-                    "turn": correct,
-                    "drift": _drift(correct, _detail(row).get("constraints", [])),
-                }
-            desired[correct] = row
-        if new_row is not None:
-            desired[new_row["turn"]] = new_row
-        changed = [r for r in desired.values() if r["trace_id"] in moved or r is new_row]
-        await self._store.upsert_rows(turns_table, changed)
-        for stale in sorted(held - set(desired)):
-            await self._store.delete_rows(turns_table, conversation_id=conversation_id, turn=stale)
-        if moved:
-            self._metrics.renumbered.inc(len(moved))
-        return await self._renumber_results(moved)
-
-    async def _renumber_results(self, moved: dict[str, int]) -> list[EvaluationResult]:
-        if not moved or self._store is None:
-            return []
-        rows = await self._store.select_rows(results_table, trace_id=sorted(moved))
-        updated: list[EvaluationResult] = []
-        changed: list[dict[str, Any]] = []
-        for row in rows:
-            turn = moved[row["trace_id"]]
-            if row["turn"] == turn:
-                continue
-            result = EvaluationResult.model_validate_json(row["result"]).model_copy(
-                update={"turn": turn}
-            )
-            changed.append({**row, "turn": turn, "result": result.model_dump_json()})
-            updated.append(result)
-        await self._store.upsert_rows(results_table, changed)
-        return updated
-
-    async def _evict_over_limit(self) -> None:
+    def _evict_over_limit(self) -> None:
         excess = len(self._conversations) - self._config.max_conversations
         if excess <= 0:
             return
@@ -494,68 +549,33 @@ class ConversationTracker:
                 if len(victims) == excess:
                     break
         for conversation_id in victims:
-            conv = self._conversations.pop(conversation_id)
-            await self._persist({conversation_id: conv})
+            del self._conversations[conversation_id]  # its state is in the store already
             self._metrics.evicted.labels("lru").inc()
 
     async def expire(self, now: float | None = None) -> int:
-        """End conversations idle longer than `idle_seconds`: observe M_T, persist, drop."""
+        """End conversations idle longer than `idle_seconds`: observe M_T, drop."""
         now = time.monotonic() if now is None else now
-        ended: dict[str, _Conversation] = {}
+        ended = 0
         for conversation_id, conv in list(self._conversations.items()):
             if now - conv.last_seen < self._config.idle_seconds:
                 break
             if conversation_id in self._locks:
                 continue  # a turn of it is being processed right now
             del self._conversations[conversation_id]
-            ended[conversation_id] = conv
+            ended += 1
             if conv.last_memory is not None:
                 self._metrics.final_memory.labels(self._metrics.agent_label(conv.agent)).observe(
                     conv.last_memory
                 )
             self._metrics.evicted.labels("expired").inc()
-        await self._persist(ended)
         self._metrics.active.set(len(self._conversations))
-        return len(ended)
+        return ended
 
-    async def flush(self) -> None:
-        """Persist every changed conversation (revocation, shutdown)."""
-        await self._persist(self._conversations)
-
-    async def forget_all(self) -> None:
-        """Persist and drop everything (partitions revoked); it reloads when seen again."""
-        await self.flush()
+    def forget_all(self) -> None:
+        """Drop everything (partitions revoked); a conversation reloads when seen again. Every
+        step was written as it committed, so nothing is left to save."""
         self._conversations.clear()
         self._metrics.active.set(0)
-
-    async def _persist(self, conversations: dict[str, _Conversation]) -> None:
-        if self._store is None:
-            return
-        rows = []
-        for conversation_id, conv in conversations.items():
-            if not conv.dirty:
-                continue
-            rows.append(
-                {
-                    "conversation_id": conversation_id,
-                    "partition_key": conversation_id,
-                    "agent": conv.agent,
-                    "updated_at": datetime.now(UTC),
-                    "state": json.dumps(
-                        {"carried": [c.model_dump() for c in conv.carried]}, ensure_ascii=False
-                    ),
-                }
-            )
-            conv.dirty = False
-        await self._store.upsert_rows(conversation_state_table, rows)
-
-
-def _detail(row: dict[str, Any]) -> dict[str, Any]:
-    try:
-        detail = json.loads(row.get("detail") or "{}")
-    except ValueError:
-        return {}
-    return detail if isinstance(detail, dict) else {}
 
 
 def _drift(turn: int, constraints: Sequence[dict[str, Any]]) -> float | None:

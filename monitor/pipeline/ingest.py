@@ -2,7 +2,10 @@
 
 Every message is begun in the offset tracker when read and finished only when all the traces it
 carried are processed, deliberately skipped or dead-lettered, so committed offsets never pass
-unfinished work. A fetched batch is decoded at once and handed to one task; at most
+unfinished work. Only a fault of the trace itself dead-letters it (`monitor.faults`): a store or
+broker that is away holds the trace (the sinks retry; here it is processed again until it goes
+through), and a trace whose partition was revoked is left for the next owner, which reads it
+again. A fetched batch is decoded at once and handed to one task; at most
 `max_in_flight` traces are unfinished at a time, beyond which reading waits (the cheap stages
 keep up; the costly judge sheds load on its own).
 
@@ -15,21 +18,27 @@ for the file source.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
+from aiokafka.structs import TopicPartition
 from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
 
 from monitor.config import InputFormat
+from monitor.faults import DataFault, ServiceFault, owned_while
+from monitor.log_throttle import Throttled
 from monitor.messages import RawMessage
 from monitor.models import Trace
+from monitor.offload import offload
 from monitor.pipeline.conversation import turn_order_key
 from monitor.pipeline.stage import TraceProcessor
 from monitor.sinks.deadletter import DeadLetterSink
 from monitor.sinks.metrics import Metrics
+from monitor.sinks.produce import ProduceRejected
 from monitor.sources.assembly import Release
 from monitor.sources.native import DecodeError, decode_native
 from monitor.sources.offsets import OffsetTracker
@@ -42,6 +51,7 @@ log = structlog.get_logger(__name__)
 
 MAX_EXEMPLAR_ID_CHARS = 64
 BATCH_WORKERS = 32  # OpenMetrics caps exemplar labels at 128 characters in all
+SERVICE_RETRY_SECONDS = 1.0  # before processing again a trace a service fault held
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +59,8 @@ class _Work:
     trace: Trace
     tokens: tuple[RawMessage, ...]
     parent: Context | None = None
+    # the generation of each of the tokens' partitions when they were read (`owned`)
+    generations: tuple[tuple[TopicPartition, int], ...] = ()
 
 
 class Ingest:
@@ -66,12 +78,14 @@ class Ingest:
         otlp: OtlpIntake | None = None,
         assembled_topics: frozenset[str] = frozenset(),
         text_lines: bool = False,
+        on_fatal: Callable[[ProduceRejected], None] | None = None,
     ) -> None:
         """`otlp` takes OTLP messages (None: input is native only); `assembled_topics` hold
         native traces the OTLP stage assembled (never OTLP, already counted as decoded).
         `text_lines`: messages are lines of a text file (the file source), so with the `auto`
         format bytes that are not JSON are a native decoding error (invalid_utf8, invalid_json),
-        never OTLP protobuf."""
+        never OTLP protobuf. `on_fatal` hears of a write the cluster refuses for good (the trace
+        then stays unfinished, its offset uncommitted)."""
         self._format = input_format
         self._text_lines = text_lines
         self._max_bytes = max_message_bytes
@@ -90,6 +104,9 @@ class Ingest:
         # The last batch's work per conversation, which the next batch's work of it waits for.
         self._tails: dict[str, asyncio.Future[None]] = {}
         self._decoded_native = metrics.traces_decoded.labels("native")
+        self._on_fatal = on_fatal
+        self._draining = False
+        self._data_faults: dict[str, Throttled] = {}
 
     def attach_otlp(self, otlp: OtlpIntake) -> None:
         """Where OTLP messages go (set after construction: an in-process intake feeds back)."""
@@ -101,8 +118,13 @@ class Ingest:
         return self._in_flight
 
     async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
-        """Take fetched messages; returns once they are dispatched (not necessarily processed)."""
+        """Take fetched messages; returns once they are dispatched (not necessarily processed).
+
+        The good traces are dispatched before the bad messages are dead-lettered, so a
+        dead-letter topic that does not answer holds up only the bad ones (and the commits).
+        """
         work: list[_Work] = []
+        bad: list[tuple[RawMessage, DecodeError]] = []
         otlp: list[tuple[RawMessage, OtlpFormat]] = []
         logs: list[tuple[RawMessage, OtlpFormat]] = []
         consumed: dict[str, int] = {}
@@ -111,36 +133,39 @@ class Ingest:
             consumed[msg.topic] = consumed.get(msg.topic, 0) + 1
             self._tracker.begin(msg.tp, msg.offset)
             item = await self._decode(msg, otlp, logs)
-            if item is not None:
+            if isinstance(item, DecodeError):
+                bad.append((msg, item))
+            elif item is not None:
                 work.append(item)
                 decoded += msg.topic not in self._assembled_topics
         for topic, count in consumed.items():
             self._metrics.messages_consumed.labels(topic).inc(count)
+        if work:
+            self._decoded_native.inc(decoded)
+            await self._dispatch(work)
         if otlp or logs:
             if self._otlp is None:
-                for msg, _ in otlp + logs:
-                    await self.reject(msg, DecodeError("otlp_undecodable", "OTLP input is off"))
+                off = DecodeError("otlp_undecodable", "OTLP input is off")
+                bad += [(msg, off) for msg, _ in otlp + logs]
             else:
                 if otlp:
                     await self._otlp.take(otlp)
                 if logs:
                     await self._otlp.take_logs(logs)
-        if work:
-            self._decoded_native.inc(decoded)
-            await self._dispatch(work)
+        for msg, error in bad:
+            await self.reject(msg, error)
 
     async def _decode(
         self,
         msg: RawMessage,
         otlp: list[tuple[RawMessage, OtlpFormat]],
         logs: list[tuple[RawMessage, OtlpFormat]],
-    ) -> _Work | None:
-        """A native trace ready to process; None when the message was rejected or is OTLP (then
-        added to `otlp`, or to `logs` for an OTLP/JSON logs export in the `auto` format)."""
+    ) -> _Work | DecodeError | None:
+        """A native trace ready to process; what is wrong with a message to dead-letter; None
+        when the message is OTLP (then added to `otlp`, or to `logs` for an OTLP/JSON logs
+        export in the `auto` format)."""
         if msg.value is not None and msg.value_size > self._max_bytes:
-            error = DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
-            await self.reject(msg, error)
-            return None
+            return DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
         fmt: InputFormat = self._format
         if msg.topic in self._assembled_topics:
             fmt = "native"
@@ -162,11 +187,22 @@ class Ingest:
                 span.set_attribute("messaging.kafka.offset", msg.offset)
                 parent = otel_trace.set_span_in_context(span)
         try:
-            trace = decode_native(msg.value, self._max_bytes)
+            trace = await offload(
+                msg.value_size, functools.partial(decode_native, msg.value, self._max_bytes)
+            )
         except DecodeError as exc:
-            await self.reject(msg, exc)
-            return None
-        return _Work(trace, (msg,), parent)
+            return exc
+        return self._work(trace, (msg,), parent)
+
+    def _work(
+        self, trace: Trace, tokens: tuple[RawMessage, ...], parent: Context | None = None
+    ) -> _Work:
+        generations = tuple((t.tp, self._tracker.generation(t.tp)) for t in tokens)
+        return _Work(trace, tokens, parent, generations)
+
+    def _owned(self, item: _Work) -> bool:
+        """The trace's partitions are still ours (not revoked since it was read)."""
+        return all(self._tracker.generation(tp) == g for tp, g in item.generations)
 
     async def tick(self) -> None:
         """Let the OTLP intake release what is due (assembled traces, in process)."""
@@ -176,7 +212,10 @@ class Ingest:
     async def dispatch_assembled(self, items: list[tuple[Trace, Release[PartToken]]]) -> None:
         """Traces assembled in process (the file source): scored like native ones."""
         await self._dispatch(
-            [_Work(trace, tuple(t.message for t in release.tokens)) for trace, release in items]
+            [
+                self._work(trace, tuple(t.message for t in release.tokens))
+                for trace, release in items
+            ]
         )
 
     @property
@@ -247,26 +286,38 @@ class Ingest:
         self._capacity.set()
 
     async def _process(self, item: _Work) -> None:
+        """Process one trace and finish its messages, unless it was cancelled (shutdown) or a
+        write failed for good: then its offsets stay uncommitted, to be read again."""
         trace = item.trace
         structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
         started = time.perf_counter()
         agent = self._metrics.agent_label(trace.agent)
+        finished = True
         try:
-            if self._tracer is not None:
-                with self._tracer.start_as_current_span("rag-monitor process", context=item.parent):
-                    await self._processor.process(trace)
-            else:
-                await self._processor.process(trace)
+            with owned_while(lambda: self._owned(item)):
+                await self._process_held(item)
             self._metrics.traces_processed.labels(agent, "ok").inc()
+        except ProduceRejected as exc:
+            if self._on_fatal is None:
+                raise
+            self._on_fatal(exc)
+            finished = False
+        except ServiceFault as exc:
+            finished = False  # its offset stays uncommitted: read again, here or elsewhere
+            log.info("trace left unfinished; it will be read again", reason=str(exc))
+        except DataFault as exc:
+            self._metrics.traces_processed.labels(agent, "error").inc()
+            throttled = self._data_faults.get(exc.reason)
+            if throttled is None:
+                throttled = self._data_faults[exc.reason] = Throttled(
+                    "trace dead-lettered by a fault of its own"
+                )
+            throttled.note(reason=exc.reason, error=str(exc))
+            await self._dead_letter_trace(item, exc.reason, exc)
         except Exception as exc:
             log.exception("processing failed; dead-lettering the trace")
             self._metrics.traces_processed.labels(agent, "error").inc()
-            detail = f"{type(exc).__name__}: {exc}"
-            value = trace.model_dump_json().encode()
-            for token in item.tokens:
-                await self._dead_letter(
-                    token, "processing_error", type(exc).__name__, detail, value=value
-                )
+            await self._dead_letter_trace(item, "processing_error", exc)
         finally:
             elapsed = time.perf_counter() - started
             exemplar = (
@@ -275,18 +326,44 @@ class Ingest:
                 else None
             )
             self._metrics.processing_seconds.observe(elapsed, exemplar=exemplar)
+        if finished:  # not when cancelled (shutdown): then it is read again
             self._finish(item.tokens)
+
+    async def _process_held(self, item: _Work) -> None:
+        """Process the trace; while a service it needs is away (a fault the sinks could not wait
+        out), again after a pause, as long as the trace is ours and the daemon is not stopping."""
+        while True:
+            try:
+                if self._tracer is not None:
+                    with self._tracer.start_as_current_span(
+                        "rag-monitor process", context=item.parent
+                    ):
+                        await self._processor.process(item.trace)
+                else:
+                    await self._processor.process(item.trace)
+                return
+            except ServiceFault:
+                if self._draining or not self._owned(item):
+                    raise
+            await asyncio.sleep(SERVICE_RETRY_SECONDS)
+
+    async def _dead_letter_trace(self, item: _Work, reason: str, exc: Exception) -> None:
+        detail = f"{type(exc).__name__}: {exc}"
+        value = item.trace.model_dump_json().encode()
+        for token in item.tokens:
+            await self._dead_letter(token, reason, type(exc).__name__, detail, value=value)
 
     async def reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
         """Dead-letter a message that cannot be decoded (and finish it)."""
-        log.warning(
-            "message dead-lettered",
-            topic=msg.topic,
-            partition=msg.partition,
-            offset=msg.offset,
-            reason=error.reason,
-            error=error.detail,
-        )
+        if not self._text_lines:  # a file's dead letters are lines on stderr: reported already
+            log.warning(
+                "message dead-lettered",
+                topic=msg.topic,
+                partition=msg.partition,
+                offset=msg.offset,
+                reason=error.reason,
+                error=error.detail,
+            )
         await self._dead_letter(msg, error.reason, type(error).__name__, error.detail)
         if finish:
             self._tracker.finish(msg.tp, msg.offset)
@@ -313,6 +390,7 @@ class Ingest:
         """Release what the in-process OTLP intake still holds and wait for in-flight work until
         `deadline` (monotonic). Returns False when the deadline passed with work still running.
         """
+        self._draining = True  # a trace a service fault holds is left for the next start
         if self._otlp is not None:
             await self._otlp.flush()
         while self._tasks:

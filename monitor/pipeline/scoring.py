@@ -1,13 +1,27 @@
 """The scoring stage: tier 0 on every trace, the LLM judge on a sample, results to every sink.
 
 One path per trace: the conversation stage numbers the turn (waiting for the conversation's
-earlier turns), the evaluators run on the numbered trace, and each result goes to the
-conversation's turn row, the store, the results topic and the metrics. A trace is finished (its
-offset committable) once its results are stored and published, and, when it was sampled, once
-the judge has answered or given up. Judge work beyond the queue bound is shed and counted; it
-never blocks consumption. Offline scoring (``shed_load=False``) asked for every trace to be
-judged: nothing is shed for load (queue, lowered rate, open circuit) there; the token budget, a
-spending cap the user set, still applies.
+earlier turns), the evaluators run on the numbered trace, and each result goes to the results
+topic, then to the store (with the conversation's turn row and the turns it moved, in one
+step) and the metrics. A trace is finished (its offset committable) once its results are
+published and stored, and, when it was sampled, once the judge has answered or given up. Judge
+work beyond the queue bound is shed and counted; it never blocks consumption. Offline scoring
+(``shed_load=False``) asked for every trace to be judged: nothing is shed for load (queue,
+lowered rate, open circuit) there; the token budget, a spending cap the user set, still
+applies. With a judge, each trace's tier-0 predictions of the judge's scores are counted for
+the population estimates, and a judged result carries its `selection` (why it was judged) and,
+from the uniform draw, joins the estimates' sample (monitor.estimates).
+
+Tier 0 checks the constraints a trace carries (those with a `kind`), with or without a
+conversation; the judge's result carries the same verdicts. The verdicts of a trace without a
+conversation are counted here (`ragmon_constraint_checks_total`), those of a conversation turn by
+the conversation stage, which also checks the constraints carried from earlier turns.
+
+Published before stored, so a stored result was published: a re-delivered trace of a
+conversation (read again after a crash or a rebalance) whose result comes out the same as the
+stored one (the judge's verdict is the one it gave before: `LLMJudge`'s durable verdicts) is
+neither published nor written again (`ragmon_results_published_total{outcome="unchanged"}`). A
+result is published again only when something in it changed (its turn, its scores).
 
 Traces the OTLP stage assembled carry what assembly knew in `metadata`: `incomplete_trace`
 (released before it was whole: every result gets the `incomplete_trace` flag) and `revision`
@@ -18,18 +32,28 @@ metrics, which counted the trace once already, are not counted again).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from monitor.estimates.recorder import EstimateRecorder
 from monitor.evaluators.sampler import Sampler
-from monitor.models import EvaluationResult, StatementVerdict, Trace
+from monitor.faults import check_owned
+from monitor.models import (
+    ConstraintVerdict,
+    EvaluationResult,
+    Selection,
+    StatementVerdict,
+    Trace,
+)
+from monitor.sinks.conversations import TraceIdConflict
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.span_events import add_evaluation_events
-from monitor.sinks.store import Store
+from monitor.sinks.store import Store, StoredResult
 
 if TYPE_CHECKING:
     from monitor.pipeline.conversation import ConversationTracker, Turn
@@ -54,6 +78,12 @@ def revision(trace: Trace) -> int:
 
 def incomplete(trace: Trace) -> bool:
     return (trace.metadata or {}).get(INCOMPLETE_FLAG) is True
+
+
+async def scored_whole(store: Store, evaluator: str, trace_id: str) -> bool:
+    """The store holds `evaluator`'s result of the whole trace (not of a fragment of it)."""
+    stored = await store.get_result(trace_id, evaluator)
+    return stored is not None and INCOMPLETE_FLAG not in stored.flags
 
 
 class SyncEvaluator(Protocol):
@@ -107,6 +137,8 @@ class ScoringProcessor:
         conversations: ConversationTracker | None = None,
         on_skip: Callable[[str], None] | None = None,
         shed_load: bool = True,
+        count_constraints: Callable[[str, Sequence[ConstraintVerdict]], None] | None = None,
+        estimates: EstimateRecorder | None = None,
     ) -> None:
         self._tier0 = tier0
         self._shed_load = shed_load
@@ -122,6 +154,8 @@ class ScoringProcessor:
         self._results_redactor = results_redactor
         self._conversations = conversations
         self._on_skip = on_skip
+        self._count_constraint_checks = count_constraints
+        self._estimates = estimates
         self.observers: list[ResultObserver] = []
 
     async def process(self, trace: Trace) -> None:
@@ -137,12 +171,29 @@ class ScoringProcessor:
             if turn is not None:
                 trace = turn.trace
             tier0 = self._flagged(trace, await self._tier0_result(trace))
-            judging = self._judge_if_sampled(trace, tier0, count)
-            await self._emit(trace, tier0, turn, count)
-            if judging is not None:
-                judged = await judging
-                if judged is not None:
-                    await self._emit(trace, self._flagged(trace, judged), turn, count)
+            if turn is None and count:
+                self._count_constraints(tier0)
+            selection, judging = self._judge_if_sampled(trace, tier0, count)
+            try:
+                await self._emit(trace, tier0, turn, count)
+                if judging is not None:
+                    judged = await judging
+                    if judged is not None:
+                        if tier0.constraints and not judged.constraints:
+                            judged = judged.model_copy(update={"constraints": tier0.constraints})
+                        judged = judged.model_copy(update={"selection": selection})
+                        if count and self._estimates is not None and selection is not None:
+                            self._estimates.count_judged(trace, tier0, selection, judged)
+                        await self._emit(trace, self._flagged(trace, judged), turn, count)
+            finally:
+                if judging is not None and not judging.done():
+                    judging.cancel()  # the trace failed: its verdict is kept by the judge
+                elif judging is not None and not judging.cancelled():
+                    judging.exception()  # retrieved: the trace's own failure is what counts
+
+    def _count_constraints(self, result: EvaluationResult) -> None:
+        if self._count_constraint_checks is not None:
+            self._count_constraint_checks(result.agent, result.constraints)
 
     @asynccontextmanager
     async def _turn(self, trace: Trace) -> AsyncIterator[Turn | None]:
@@ -155,8 +206,7 @@ class ScoringProcessor:
     async def _has_whole_result(self, trace: Trace) -> bool:
         if self._store is None:
             return False
-        stored = await self._store.get_result(trace.trace_id, self._tier0.name)
-        return stored is not None and INCOMPLETE_FLAG not in stored.flags
+        return await scored_whole(self._store, self._tier0.name, trace.trace_id)
 
     @staticmethod
     def _flagged(trace: Trace, result: EvaluationResult) -> EvaluationResult:
@@ -174,28 +224,38 @@ class ScoringProcessor:
 
     def _judge_if_sampled(
         self, trace: Trace, tier0: EvaluationResult, count: bool = True
-    ) -> asyncio.Task[EvaluationResult | None] | None:
+    ) -> tuple[Selection | None, asyncio.Task[EvaluationResult | None] | None]:
+        """The trace's selection for the judge (None without a judge) and the judge's task,
+        when it is judged."""
         agent = self._metrics.agent_label(trace.agent)
         self._sampler.observe_queue(self._judge_depth)
         self._metrics.effective_rate.labels(agent).set(self._sampler.effective_rate(trace.agent))
         if self._judge is None:
-            return None
-        decision = self._sampler.decide(trace, tier0)
-        if decision == "skipped":
+            return None, None
+        choice = self._sampler.select(trace, tier0)
+        selection, decision = choice.selection, choice.decision
+        if self._estimates is not None:
+            predictions = self._estimates.predict(trace, tier0)
+            selection = selection.model_copy(update={"predictions": predictions})
             if count:
-                self._metrics.sampler_decisions.labels(agent, "skipped").inc()
-            return None
+                self._estimates.count_traffic(trace.agent, predictions)
+        if count and selection.priority is not None:
+            self._metrics.sampler_priorities.labels(agent, selection.priority).inc()
+        if decision in ("skipped", "priority_capped"):
+            if count:
+                self._metrics.sampler_decisions.labels(agent, decision).inc()
+            return selection, None
         shed_reason = self._shed_reason(decision)
         if shed_reason is not None:
             if count:
                 self._metrics.sampler_decisions.labels(agent, "shed").inc()
                 self._metrics.sampler_shed.labels(agent, shed_reason).inc()
-            return None
+            return selection, None
         if count:
             self._metrics.sampler_decisions.labels(agent, decision).inc()
         self._judge_depth += 1
         self._metrics.judge_queue.set(self._judge_depth)
-        return asyncio.create_task(self._run_judge(trace))
+        return selection, asyncio.create_task(self._run_judge(trace))
 
     def _shed_reason(self, decision: str) -> str | None:
         """Why judge work is dropped now, or None to judge the trace."""
@@ -216,6 +276,7 @@ class ScoringProcessor:
         assert self._judge is not None
         try:
             async with self._judge_slots:
+                check_owned()  # a trace whose partition moved is judged by its next owner
                 result = await self._judge.evaluate(trace)
         finally:
             self._judge_depth -= 1
@@ -228,34 +289,74 @@ class ScoringProcessor:
         if count:
             self._metrics.record(result)
         add_evaluation_events(result)
-        moved: list[EvaluationResult] = []
-        if turn is not None:
-            # the turn judge's tokens join the judge's result before it is stored
-            result, moved = await turn.record(result, count=count)
-        writes = []
-        if self._store is not None:
-            writes.append(self._save(trace, result))
-        if self._publisher is not None:
-            writes.append(self._publish(result))
-            writes += [self._publish(other) for other in moved]  # their turn moved up
-        if writes:
-            await asyncio.gather(*writes)
+        if turn is None:
+            await self._publish_all([result])
+            if self._store is not None:
+                await self._save(self._stored(trace, result))
+        else:
+            result = await self._emit_turn(trace, result, turn, count)
         for observer in self.observers:
             await observer(trace, result)
 
-    async def _save(self, trace: Trace, result: EvaluationResult) -> None:
-        assert self._store is not None
+    async def _emit_turn(
+        self, trace: Trace, result: EvaluationResult, turn: Turn, count: bool
+    ) -> EvaluationResult:
+        """Publish what changed, then write the conversation's step; the result emitted (an
+        `llm` result with the turn judge's tokens added, when the turn judge ran)."""
+        step = await turn.prepare(result, count=count)
+        result = step.result
+        stored = self._stored(trace, result) if self._store is not None else None
+        prior = turn.prior.get(result.evaluator)
+        unchanged = prior is not None and stored is not None and _same(prior, stored)
+        moved = [m.result for m in step.moved_results]
+        await self._publish_all(([] if unchanged else [result]) + moved)
+        if unchanged:
+            self._metrics.results_published.labels("unchanged").inc()
+        try:
+            await turn.commit(step, None if unchanged else stored, unchanged=unchanged)
+        except TraceIdConflict:
+            # Published already: publish the stored results of that trace id again, so the
+            # last record of each is the conversation's that has it.
+            await self._publish_all(await self._stored_of(trace.trace_id))
+            raise
+        except Exception:
+            if self._store is not None:
+                self._metrics.store_writes.labels("error").inc()
+            raise
+        if self._store is not None:
+            self._metrics.store_writes.labels("unchanged" if unchanged else "ok").inc()
+        return result
+
+    def _stored(self, trace: Trace, result: EvaluationResult) -> StoredResult:
+        """The result as the store keeps it (redacted as configured, with the question and
+        answer), scored now."""
         redactor = self._store_redactor
         query, answer = trace.query, trace.answer
         if redactor is not None:
             result = redact_result(result, redactor)
             query, answer = redactor.redact(query), redactor.redact(answer)
+        return StoredResult(result, query, answer, datetime.now(UTC))
+
+    async def _stored_of(self, trace_id: str) -> list[EvaluationResult]:
+        if self._store is None:
+            return []
+        return [s.result for s in await self._store.stored_results([trace_id])]
+
+    async def _save(self, stored: StoredResult) -> None:
+        assert self._store is not None
         try:
-            await self._store.save(result, query=query, answer=answer)
+            await self._store.save(stored.result, stored.query, stored.answer, stored.scored_at)
         except Exception:
             self._metrics.store_writes.labels("error").inc()
             raise
         self._metrics.store_writes.labels("ok").inc()
+
+    async def _publish_all(self, results: Sequence[EvaluationResult]) -> None:
+        """Publish, unless the trace is no longer ours (its partition was revoked)."""
+        if self._publisher is None or not results:
+            return
+        check_owned()
+        await asyncio.gather(*(self._publish(r) for r in results))
 
     async def _publish(self, result: EvaluationResult) -> None:
         assert self._publisher is not None
@@ -267,3 +368,13 @@ class ScoringProcessor:
             self._metrics.results_published.labels("error").inc()
             raise
         self._metrics.results_published.labels("ok").inc()
+
+
+def _same(stored: StoredResult, new: StoredResult) -> bool:
+    """Nothing changed but how long it took and the bookkeeping of why it was judged (a
+    re-delivered trace meets another calibration and load: its `selection` may differ while its
+    verdicts do not): not worth storing or publishing again."""
+    volatile = {"latency_ms", "selection"}
+    return (stored.query, stored.answer) == (new.query, new.answer) and stored.result.model_dump(
+        exclude=volatile
+    ) == new.result.model_dump(exclude=volatile)

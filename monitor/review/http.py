@@ -21,23 +21,21 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from monitor.agents_report import parse_since
 from monitor.pipeline.scoring import TextRedactor
 from monitor.review.items import (
     DEFAULT_METRIC,
     DEFAULT_REDACTOR,
     DEFAULT_SINCE,
-    DEFAULT_TIME,
     DEFAULT_WORST,
     MAX_WORST,
-    ReviewItem,
+    Review,
     ReviewQuery,
     check_metric,
-    check_time,
 )
-from monitor.review.queries import agents_seen, answers_for
+from monitor.review.queries import agents_seen, review_for
 from monitor.review.render import content_security_policy, render_page, review_json
 from monitor.sinks.store import Store
+from monitor.windows import DEFAULT_TIME, check_time, parse_since
 
 log = structlog.get_logger(__name__)
 
@@ -163,19 +161,19 @@ class ReviewHandlers:
         self._redactor = redactor
         self._trace_url = trace_url_template
 
-    async def _load(self, query: ReviewQuery) -> tuple[list[ReviewItem], list[str]] | str:
-        """The items and the agents seen, or why they cannot be read."""
+    async def _load(self, query: ReviewQuery) -> tuple[Review, list[str]] | str:
+        """The listing and the agents seen, or why they cannot be read."""
         store = self._store_getter()
         if store is None:
             return "the results store is not open (store.enabled false, or still starting)"
         try:
-            items = await answers_for(store, query, self._redactor)
+            review = await review_for(store, query, self._redactor)
             agents = await agents_seen(store, query.since, query.time)
         except Exception as exc:
             # The message of a database error may quote the URL: log the type only.
             log.warning("review query failed", error=type(exc).__name__)
             return "the results store could not be read; see the daemon's log"
-        return items, agents
+        return review, agents
 
     async def page(self, request: web.Request) -> web.Response:
         params = {k: request.query.get(k, "") for k in QUERY_PARAMETERS}
@@ -186,9 +184,15 @@ class ReviewHandlers:
         loaded = await self._load(query)
         if isinstance(loaded, str):
             return self._error_page(params, loaded, 503)
-        items, agents = loaded
+        review, agents = loaded
         body = render_page(
-            items, params, agents, since=query.since, trace_url=self._trace_url, time=query.time
+            review.worst,
+            params,
+            agents,
+            since=query.since,
+            trace_url=self._trace_url,
+            time=query.time,
+            review=review,
         )
         return _html(body, 200)
 
@@ -203,8 +207,8 @@ class ReviewHandlers:
         loaded = await self._load(query)
         if isinstance(loaded, str):
             return _json({"error": loaded}, 503)
-        items, _agents = loaded
-        return _json(review_json(items, query), 200)
+        review, _agents = loaded
+        return _json(review_json(review.worst, query, review), 200)
 
 
 def add_review_routes(

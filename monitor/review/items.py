@@ -13,32 +13,23 @@ from typing import Any
 
 from monitor.config import Settings
 from monitor.evaluators.redaction import Redactor
-from monitor.models import EvaluationResult
+from monitor.models import EvaluationResult, Selection
 from monitor.pipeline.scoring import TextRedactor
-from monitor.sinks.store import SCORE_COLUMNS, TimeBasis
+from monitor.review import options
+from monitor.sinks.store import SCORE_COLUMNS
+from monitor.windows import TimeBasis
 
-# Every metric an evaluator writes: the columns of the store first, then those read from the
-# stored result document.
-METRICS = (
-    *SCORE_COLUMNS,
-    "context_relevancy",  # LLM judge
-    "context_utilization",  # tier 0
-    "support",  # tier 0
-)
-# Ranked by tier 0's headline by default: every trace has it, and it ranks answers better than
-# tier 0's faithfulness ratio (docs/scoring.md). `faithfulness` ranks tier 0's and the judge's
-# results together.
-DEFAULT_METRIC = "support"
+# What a listing may ask for (defined without the store, for the command line's choices).
+METRICS = options.METRICS
+DEFAULT_METRIC = options.DEFAULT_METRIC
+MAX_WORST = options.MAX_WORST
+DEFAULT_SINCE = options.DEFAULT_SINCE
+DEFAULT_WORST = options.DEFAULT_WORST
+TIMES = options.TIMES
+DEFAULT_TIME = options.DEFAULT_TIME
 ANSWER_EXCERPT_CHARS = 300
 QUESTION_CHARS = 1000
 CLAIM_CHARS = 500
-MAX_WORST = 200
-DEFAULT_SINCE = "1h"
-DEFAULT_WORST = 20
-# Which time --since counts from: when the answer was scored (the default: a replay of old
-# traces is found right after it ran), or the trace's own timestamp.
-TIMES: tuple[TimeBasis, ...] = ("scored", "trace")
-DEFAULT_TIME: TimeBasis = "scored"
 MAX_SIMILAR_IDS = 10
 
 # Shown-constraint statuses: a rule broken, or dropped after a few turns.
@@ -72,12 +63,6 @@ def check_metric(metric: str) -> str:
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; one of: {', '.join(METRICS)}")
     return metric
-
-
-def check_time(time: str) -> TimeBasis:
-    if time not in TIMES:
-        raise ValueError(f"time must be one of: {', '.join(TIMES)}")
-    return time
 
 
 @dataclass(frozen=True)
@@ -151,6 +136,12 @@ class ReviewItem:
     turn: int | None = None
     scored_at: datetime | None = None
     similar: Similar | None = None
+    selection: Selection | None = None  # why the judge saw it (judged results only)
+
+    @property
+    def judged_because(self) -> str | None:
+        """Why the judge saw this answer, in words; None for a result of every trace."""
+        return selection_text(self.selection)
 
     @property
     def count(self) -> int:
@@ -188,7 +179,100 @@ class ReviewItem:
                 for c in self.violated_constraints
             ],
             "flags": list(self.flags),
+            "selection": self.selection.model_dump() if self.selection is not None else None,
         }
+
+
+UNMEASURED_EXAMPLES = 5  # answers shown per reason a metric is unmeasured
+MAX_REASONS = 20  # reasons listed; the rest are counted together
+# What an unmeasured reason means for whoever reviews it (the evaluators' reasons; any other is
+# shown as it is).
+REASONS = {
+    "empty_answer": "the answer is empty",
+    "refusal": 'the answer declines ("I don\'t know"): neither faithful nor unfaithful',
+    "no_contexts": "nothing was retrieved for the question",
+    "contexts_without_text": "the trace names retrieved documents but not their text",
+    "no_claims": "the answer states nothing that can be checked",
+    "cross_language": "the answer is in another language than its contexts (or than the"
+    " question): tier 0 cannot compare the words, the LLM judge can",
+    "unsupported_language": "a language tier 0 has no analyser for (it reads English and Japanese)",
+    "no_question": "the trace has no question",
+    "judge_error": "the LLM judge failed",
+    "judge_timeout": "the LLM judge did not answer in time",
+    "malformed_output": "the LLM judge's reply could not be read",
+    "context_too_long": "the prompt was longer than the judge model's context",
+    "circuit_open": "the judge endpoint was failing: work shed",
+}
+
+
+@dataclass(frozen=True)
+class UnmeasuredGroup:
+    """The answers of a listing's window whose metric is unmeasured for one reason: how many,
+    and the latest few."""
+
+    reason: str
+    count: int
+    items: list[ReviewItem]
+
+    @property
+    def explanation(self) -> str | None:
+        return REASONS.get(self.reason)
+
+    @property
+    def not_shown(self) -> int:
+        return self.count - len(self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "explanation": self.explanation,
+            "count": self.count,
+            "not_shown": self.not_shown,
+            "items": [item.to_json() for item in self.items],
+        }
+
+
+@dataclass(frozen=True)
+class Review:
+    """One listing: the worst measured answers, how many measured ones it left out, and the
+    answers it cannot rank because their metric is unmeasured, by reason. `empty_hint` says
+    where answers are when the window holds none."""
+
+    worst: list[ReviewItem]
+    metric: str
+    measured: int
+    unmeasured: list[UnmeasuredGroup] = field(default_factory=list)
+    empty_hint: str | None = None
+
+    @property
+    def shown(self) -> int:
+        """Measured answers the worst list stands for (near-identical ones folded in)."""
+        return sum(item.count for item in self.worst)
+
+    @property
+    def not_shown(self) -> int:
+        """Measured answers of the window beyond the worst list."""
+        return max(0, self.measured - self.shown)
+
+    @property
+    def unmeasured_count(self) -> int:
+        return sum(group.count for group in self.unmeasured)
+
+
+def selection_text(selection: Selection | None) -> str | None:
+    """Why the judge saw an answer, in words: the uniform draw, a priority rule, or both."""
+    if selection is None:
+        return None
+    parts = []
+    if selection.uniform:
+        parts.append(
+            f"uniform draw (inclusion probability {selection.inclusion_probability:.3g}): "
+            "counts in the population estimates"
+        )
+    if selection.priority is not None:
+        rule = f"priority rule {selection.priority}"
+        parts.append(rule if selection.uniform else f"{rule}: not in the population estimates")
+    return "; ".join(parts) if parts else None
 
 
 def excerpt(text: str, limit: int) -> tuple[str, bool]:
@@ -280,4 +364,5 @@ def build_item(
         conversation_id=result.conversation_id,
         turn=result.turn,
         scored_at=scored_at,
+        selection=result.selection,
     )

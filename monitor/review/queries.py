@@ -15,16 +15,19 @@ from monitor.review.grouping import folded, group_similar
 from monitor.review.items import (
     DEFAULT_METRIC,
     DEFAULT_REDACTOR,
-    DEFAULT_TIME,
     DEFAULT_WORST,
+    MAX_REASONS,
+    UNMEASURED_EXAMPLES,
+    Review,
     ReviewItem,
     ReviewQuery,
+    UnmeasuredGroup,
     broken_constraints,
     build_item,
     check_metric,
-    check_time,
 )
-from monitor.sinks.store import Store, TimeBasis, turns_table
+from monitor.sinks.store import Store, turns_table
+from monitor.windows import DEFAULT_TIME, TimeBasis, check_time, empty_window_hint, other_time
 
 SCAN_PER_ITEM = 10  # grouping looks at this many of the worst answers per item listed ...
 MAX_SCAN = 2000  # ... up to this many
@@ -99,6 +102,49 @@ async def answers_for(
         time=query.time,
         group=query.group,
     )
+
+
+async def review_for(store: Store, query: ReviewQuery, redactor: TextRedactor | None) -> Review:
+    """The listing a query asks for: the worst answers, how many measured answers the window
+    holds, the unmeasured ones grouped by reason (the latest UNMEASURED_EXAMPLES of each), and,
+    when the window holds nothing, where answers are (another time basis, a longer window)."""
+    worst = await answers_for(store, query, redactor)
+    counts = await store.score_counts(
+        query.since, query.metric, query.agent, counted_from=query.time
+    )
+    measured = counts.pop(None, 0)
+    reasons = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0] or ""))
+    groups = []
+    for reason, count in reasons[:MAX_REASONS]:
+        assert reason is not None
+        rows = await store.unmeasured(
+            query.since,
+            query.metric,
+            reason,
+            query.agent,
+            UNMEASURED_EXAMPLES,
+            counted_from=query.time,
+        )
+        items = [
+            build_item(r.result, r.query, r.answer, query.metric, None, redactor, r.scored_at)
+            for r in rows
+        ]
+        groups.append(UnmeasuredGroup(_shown_reason(reason, redactor), count, items))
+    rest = sum(count for _, count in reasons[MAX_REASONS:])
+    if rest:
+        groups.append(UnmeasuredGroup("other reasons", rest, []))
+    hint = None
+    if not worst and not groups:
+        other, _ = await store.result_extent(
+            query.since, query.agent, counted_from=other_time(query.time)
+        )
+        _, latest = await store.result_extent(query.since, query.agent, counted_from=query.time)
+        hint = empty_window_hint("answers", query.time, other, latest)
+    return Review(worst, query.metric, measured, groups, hint)
+
+
+def _shown_reason(reason: str, redactor: TextRedactor | None) -> str:
+    return redactor.redact(reason)[:200] if redactor is not None else reason[:200]
 
 
 async def agents_seen(store: Store, since: datetime, time: TimeBasis = DEFAULT_TIME) -> list[str]:

@@ -38,15 +38,15 @@ from markupsafe import Markup
 from monitor.review.items import (
     DEFAULT_METRIC,
     DEFAULT_SINCE,
-    DEFAULT_TIME,
     DEFAULT_WORST,
     MAX_WORST,
     METRICS,
-    TIMES,
+    Review,
     ReviewItem,
     ReviewQuery,
     ScoreCell,
 )
+from monitor.windows import DEFAULT_TIME, TIMES
 
 if TYPE_CHECKING:
     import jinja2
@@ -108,9 +108,12 @@ class _Lines:
                 line += ("" if line.endswith(label) else " ") + text
         self.lines.append(line)
 
-    def item(self, rank: int, item: ReviewItem) -> None:
+    def item(self, rank: int | None, item: ReviewItem) -> None:
+        head = (
+            f"#{rank}  {item.metric} {item.score.render()}" if rank is not None else "  unmeasured"
+        )
         self.lines.append(
-            f"#{rank}  {item.metric} {item.score.render()}  |  agent {one_line(item.agent)}"
+            f"{head}  |  agent {one_line(item.agent)}"
             f"  |  {one_line(item.evaluator)}  |  {utc_text(item.timestamp)}"
         )
         if item.similar is not None:
@@ -135,6 +138,8 @@ class _Lines:
         self.pieces("Scores: ", [f"{n} {cell.render()}" for n, cell in item.scores.items()])
         if item.flags:
             self.pieces("Flags: ", [one_line(f) for f in item.flags])
+        if item.judged_because is not None:
+            self.block("Judged: ", item.judged_because)
         self.lines.append("")
 
 
@@ -145,34 +150,93 @@ def render_text(
     agent: str | None = None,
     width: int = 100,
     time: str = DEFAULT_TIME,
+    review: Review | None = None,
 ) -> str:
-    """A readable terminal listing, worst first."""
+    """A readable terminal listing, worst first; with `review`, its worst answers (`items` are
+    ignored), what the list left out, and then the unmeasured answers by reason."""
+    if review is not None:
+        items = review.worst
     metric = items[0].metric if items else None
     scope = f" {scope_text(since, time)}" if since is not None else ""
     who = f"agent {one_line(agent)}" if agent else "all agents"
-    if not items:
+    if review is not None and review.empty_hint is not None:
+        return f"No scored answers{scope} ({who}). {review.empty_hint}\n"
+    listing = _Lines(width)
+    if not items and review is None:
         hint = ""
         if since is not None:
             other = "trace" if time == "scored" else "scored"
             hint = f" A longer --since, or --time {other}, may find some."
         return f"No scored answers{scope} ({who}).{hint}\n"
-    folded = sum(item.count for item in items) - len(items)
-    heading = f"{len(items)} worst answers by {metric}{scope} ({who}), worst first"
-    if folded:
-        heading += f"; {folded} near-identical answers folded into them"
-    listing = _Lines(width)
-    listing.lines += [heading, ""]
+    if items:
+        folded = sum(item.count for item in items) - len(items)
+        heading = f"{len(items)} worst answers by {metric}{scope} ({who}), worst first"
+        if folded:
+            heading += f"; {folded} near-identical answers folded into them"
+        listing.lines.append(heading)
+    if review is not None:
+        listing.lines.append(_left_out(review, scope, who))
+    listing.lines.append("")
     for rank, item in enumerate(items, start=1):
         listing.item(rank, item)
+    if review is not None and review.unmeasured:
+        _unmeasured_text(listing, review)
     return "\n".join(listing.lines)
+
+
+def _left_out(review: Review, scope: str, who: str) -> str:
+    """What the worst list does not show: measured answers past it, and unmeasured ones."""
+    if not review.worst:
+        line = f"No measured answers{scope} ({who})"
+    elif review.not_shown:
+        more = review.not_shown
+        line = f"{more} more measured {_noun(more)} not shown (raise --worst)"
+    else:
+        line = "Every measured answer is shown"
+    if review.unmeasured_count:
+        line += (
+            f"; {_answers(review.unmeasured_count)} could not be measured and are not ranked:"
+            " listed below by reason"
+        )
+    return line + "."
+
+
+def _noun(count: int) -> str:
+    return "answer" if count == 1 else "answers"
+
+
+def _answers(count: int) -> str:
+    return f"{count} {_noun(count)}"
+
+
+def _unmeasured_text(listing: _Lines, review: Review) -> None:
+    listing.lines += [
+        f"Unmeasured {review.metric}: {_answers(review.unmeasured_count)} need a human, by reason",
+        "",
+    ]
+    for group in review.unmeasured:
+        head = f"[{one_line(group.reason)}] {_answers(group.count)}"
+        if group.not_shown:
+            head += f", latest {len(group.items)} shown ({group.not_shown} not shown)"
+        listing.lines.append(head)
+        if group.explanation:
+            listing.block("", group.explanation)
+        listing.lines.append("")
+        for item in group.items:
+            listing.item(None, item)
 
 
 # ------------------------------------------------------------------------------------- JSON
 
 
-def review_json(items: Sequence[ReviewItem], query: ReviewQuery) -> dict[str, Any]:
-    """The listing as a JSON document: the query, then the items worst first."""
-    return {
+def review_json(
+    items: Sequence[ReviewItem], query: ReviewQuery, review: Review | None = None
+) -> dict[str, Any]:
+    """The listing as a JSON document: the query, then the items worst first; with `review`,
+    its items, what they leave out and the unmeasured answers by reason."""
+    if review is not None:
+        items = review.worst
+    document: dict[str, Any] = {
         "since": query.since.isoformat(),
         "time": query.time,
         "metric": query.metric,
@@ -182,10 +246,21 @@ def review_json(items: Sequence[ReviewItem], query: ReviewQuery) -> dict[str, An
         "count": len(items),
         "items": [item.to_json() for item in items],
     }
+    if review is not None:
+        document["measured"] = review.measured
+        document["not_shown"] = review.not_shown
+        document["unmeasured"] = {
+            "count": review.unmeasured_count,
+            "by_reason": [group.to_json() for group in review.unmeasured],
+        }
+        document["empty_hint"] = review.empty_hint
+    return document
 
 
-def render_json(items: Sequence[ReviewItem], query: ReviewQuery) -> str:
-    return json.dumps(review_json(items, query), ensure_ascii=False, indent=2)
+def render_json(
+    items: Sequence[ReviewItem], query: ReviewQuery, review: Review | None = None
+) -> str:
+    return json.dumps(review_json(items, query, review), ensure_ascii=False, indent=2)
 
 
 # ------------------------------------------------------------------------------------- HTML
@@ -258,8 +333,11 @@ class _Entry:
     href: str
 
 
-def _entries(items: Sequence[ReviewItem], trace_url: str | None) -> list[_Entry]:
-    used: set[str] = set()
+def _entries(
+    items: Sequence[ReviewItem], trace_url: str | None, used: set[str] | None = None
+) -> list[_Entry]:
+    """The items' entries; `used` (element ids taken by entries before these) is updated."""
+    used = set() if used is None else used
     entries = []
     for rank, item in enumerate(items, start=1):
         element_id = anchor(item.trace_id)
@@ -286,9 +364,11 @@ def render_page(
     error: str | None = None,
     trace_url: str | None = None,
     time: str = DEFAULT_TIME,
+    review: Review | None = None,
 ) -> str:
     """The whole page: filters (as `params` gave them), then the answers worst first (or the
-    error, or 'none'). `agents` fill the agent filter."""
+    error, or 'none'), and with `review`, what the list left out and the unmeasured answers by
+    reason. `agents` fill the agent filter."""
     agent = params.get("agent") or ""
     names = list(agents)
     if agent and agent not in names:
@@ -299,7 +379,16 @@ def render_page(
             "since": since,
             "when": "scored since" if time == "scored" else "trace time since",
             "folded": sum(item.count for item in items) - len(items),
+            "not_shown": review.not_shown if review is not None else 0,
+            "unmeasured": review.unmeasured_count if review is not None else 0,
+            "empty_hint": review.empty_hint if review is not None else None,
         }
+    used: set[str] = set()
+    entries = _entries(items, trace_url, used)
+    unmeasured = [
+        (group, _entries(group.items, trace_url, used))
+        for group in (review.unmeasured if review is not None else [])
+    ]
     query = {k: v for k, v in params.items() if v}
     form = {
         "metrics": METRICS,
@@ -321,7 +410,8 @@ def render_page(
             summary=summary,
             form=form,
             error=error,
-            entries=_entries(items, trace_url),
+            entries=entries,
+            unmeasured=unmeasured,
             json_link="review.json" + ("?" + urlencode(query) if query else ""),
         )
     )

@@ -55,6 +55,7 @@ class Metrics:
         self._assigned_by_consumer: dict[str, int] = {}
         self.rebalances = catalog.create(catalog.REBALANCES, r)
         self.ready = catalog.create(catalog.READY, r)
+        self.stuck_partitions = catalog.create(catalog.STUCK_PARTITIONS, r)
 
     def set_assigned(self, consumer: str, partitions: int) -> None:
         """One consumer's assignment changed; the gauge shows all consumers' partitions."""

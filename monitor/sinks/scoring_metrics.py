@@ -1,4 +1,5 @@
-"""Metrics of the scoring stage: score histograms, unmeasured counts, flags, sampler decisions."""
+"""Metrics of the scoring stage: score histograms, unmeasured counts, flags, sampler decisions,
+and the running sums of the population estimates (monitor.estimates)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from monitor import metrics_catalog as catalog
-from monitor.models import EvaluationResult
+from monitor.models import EvaluationResult, Selection
 from monitor.sinks.metrics import AgentLabels
 
 MAX_EXEMPLAR_ID_CHARS = 64
@@ -38,9 +39,9 @@ class RollingMeans(Collector):
     def __init__(self, window_seconds: float) -> None:
         self._window = window_seconds
         # key -> deque of [second, sum, count], oldest first
-        self._buckets: dict[tuple[str, str, str], deque[list[float]]] = {}
+        self._buckets: dict[tuple[str, ...], deque[list[float]]] = {}
 
-    def add(self, key: tuple[str, str, str], value: float, now: float | None = None) -> None:
+    def add(self, key: tuple[str, ...], value: float, now: float | None = None) -> None:
         second = float(int(time.monotonic() if now is None else now))
         buckets = self._buckets.setdefault(key, deque())
         if buckets and buckets[-1][0] == second:
@@ -54,7 +55,7 @@ class RollingMeans(Collector):
         while buckets and buckets[0][0] <= now - self._window:
             buckets.popleft()
 
-    def means(self, now: float | None = None) -> dict[tuple[str, str, str], float]:
+    def means(self, now: float | None = None) -> dict[tuple[str, ...], float]:
         now = time.monotonic() if now is None else now
         result = {}
         for key, buckets in list(self._buckets.items()):
@@ -86,17 +87,20 @@ class ScoringMetrics:
         self.flags = catalog.create(catalog.EVALUATION_FLAGS, r)
         self.statements = catalog.create(catalog.STATEMENTS, r)
         self.sampler_decisions = catalog.create(catalog.SAMPLER_DECISIONS, r)
+        self.sampler_priorities = catalog.create(catalog.SAMPLER_PRIORITIES, r)
         self.sampler_shed = catalog.create(catalog.SAMPLER_SHED, r)
         self.effective_rate = catalog.create(catalog.SAMPLER_EFFECTIVE_RATE, r)
         self.judge_queue = catalog.create(catalog.JUDGE_QUEUE_DEPTH, r)
         self.results_published = catalog.create(catalog.RESULTS_PUBLISHED, r)
         self.store_writes = catalog.create(catalog.STORE_WRITES, r)
+        self.estimate_terms = catalog.create(catalog.ESTIMATE_TERMS, r)
         self.rolling = RollingMeans(rolling_window_seconds)
         r.register(self.rolling)
 
     def record(self, result: EvaluationResult) -> None:
         agent = self.agent_label(result.agent)
         evaluator = result.evaluator
+        selection = selection_label(result.selection)
         exemplar = (
             {"trace_id": result.trace_id} if len(result.trace_id) <= MAX_EXEMPLAR_ID_CHARS else None
         )
@@ -108,8 +112,9 @@ class ScoringMetrics:
                 unmeasured += 1
                 self.unmeasured.labels(agent, metric, evaluator, score.reason or "unknown").inc()
                 continue
-            self.scores.labels(agent, metric, evaluator).observe(score.value, exemplar=exemplar)
-            self.rolling.add((agent, metric, evaluator), score.value)
+            series = (agent, metric, evaluator, selection)
+            self.scores.labels(*series).observe(score.value, exemplar=exemplar)
+            self.rolling.add(series, score.value)
         outcome = "error" if result.errors and unmeasured else ("partial" if unmeasured else "ok")
         self.evaluations.labels(agent, evaluator, outcome).inc()
         for flag in result.flags:
@@ -121,3 +126,11 @@ class ScoringMetrics:
             self.statements.labels(agent, evaluator, "unsupported").inc(
                 len(result.statements) - supported
             )
+
+
+def selection_label(selection: Selection | None) -> str:
+    """`all` for results of every trace (tier 0, or without a judge), else the judge's draw:
+    `uniform` when the uniform draw chose the trace, `priority` when only a priority did."""
+    if selection is None:
+        return "all"
+    return "uniform" if selection.uniform else "priority"

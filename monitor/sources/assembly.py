@@ -21,9 +21,12 @@ part or until `max_seconds` after its first part.
 
 Memory is bounded by trace count and bytes over pending, held and kept traces together: kept
 traces are forgotten first, then the oldest pending (and held) ones are released early
-(incomplete); every such shedding is reported through `on_shed`. Parts are kept as the
-protobuf bytes they arrived as (far smaller than decoded spans) and only decoded by whoever
-maps a release.
+(incomplete); every such shedding is reported through `on_shed`. A trace with more than
+`max_spans` spans is rejected: what it held comes back from `take_rejected` (for a dead letter),
+and its later parts are "rejected" too, so one huge trace costs neither memory nor CPU.
+
+Parts are kept as the protobuf bytes they arrived as (far smaller than decoded spans) and only
+decoded by whoever maps a release.
 
 Not thread-safe; `now` is any monotonic clock in seconds. Pure: no I/O.
 """
@@ -40,8 +43,10 @@ from typing import Generic, Literal, NamedTuple, TypeVar
 __all__ = ["AddOutcome", "Release", "SpanShape", "TraceAssembler"]
 
 T = TypeVar("T")
-AddOutcome = Literal["held", "duplicate", "late"]
-ReleaseReason = Literal["complete", "max_wait", "pending_limit", "grace_end", "flush"]
+AddOutcome = Literal["held", "duplicate", "late", "rejected"]
+ReleaseReason = Literal[
+    "complete", "max_wait", "pending_limit", "grace_end", "flush", "too_many_spans"
+]
 
 
 class SpanShape(NamedTuple):
@@ -150,6 +155,7 @@ class TraceAssembler(Generic[T]):
         settle_seconds: float = 0.0,
         on_shed: Callable[[str], None] | None = None,
         remember_forgotten: int = 100_000,
+        max_spans: int | None = None,
     ) -> None:
         if min(max_seconds, grace_seconds, settle_seconds) < 0 or max_traces < 1 or max_bytes < 1:
             raise ValueError("bounds must be positive and times not negative")
@@ -166,6 +172,9 @@ class TraceAssembler(Generic[T]):
         self._shed: list[Release[T]] = []
         self._forgotten: OrderedDict[str, None] = OrderedDict()
         self._remember = remember_forgotten
+        self.max_spans = max_spans
+        self._too_big: OrderedDict[str, None] = OrderedDict()  # rejected for their span count
+        self._rejected: list[Release[T]] = []
         # Releases taken back (see hold): trace id -> deadline, and a heap by deadline.
         self._held: dict[str, float] = {}
         self._held_order: list[tuple[float, int, str]] = []
@@ -199,8 +208,18 @@ class TraceAssembler(Generic[T]):
         "held": the token comes back in a later Release. "duplicate": the part is already here
         and the trace was released, so there is nothing to do (finish the token now). "late":
         the trace was forgotten after its grace period (finish the token, count it).
+        "rejected": the trace has more than `max_spans` spans; the token is not kept (dead-letter
+        the part); what the trace held before is in `take_rejected`.
         """
+        if trace_id in self._too_big:
+            return "rejected"
         entry = self._entries.get(trace_id)
+        shapes = tuple(shapes)
+        digest = hash(part)
+        new = entry is None or digest not in entry.part_hashes
+        if new and not events and self._too_many_spans(entry, shapes):
+            self._reject(trace_id, entry, now)
+            return "rejected"
         if entry is None:
             if trace_id in self._forgotten:
                 return "late"
@@ -209,8 +228,6 @@ class TraceAssembler(Generic[T]):
             self._pending[trace_id] = None
         elif entry.origin_is_event and not events:
             entry.origin, entry.origin_is_event = token, False  # provenance: the spans' message
-        digest = hash(part)
-        new = digest not in entry.part_hashes
         if not new and entry.released_at is not None:
             return "duplicate"
         entry.tokens.append(token)
@@ -229,6 +246,34 @@ class TraceAssembler(Generic[T]):
             self._ready.pop(trace_id, None)  # a new span names a parent not here yet
         self._enforce_bounds(now)
         return "held"
+
+    def _too_many_spans(self, entry: _Entry[T] | None, shapes: tuple[SpanShape, ...]) -> bool:
+        """Whether these spans would take the trace over `max_spans` (a span that came in an
+        earlier part too counts once)."""
+        if self.max_spans is None:
+            return False
+        held = len(entry.span_ids) if entry is not None else 0
+        if held + len(shapes) <= self.max_spans:
+            return False
+        if entry is None:
+            return True
+        return len(entry.span_ids.union(shape.span_id for shape in shapes)) > self.max_spans
+
+    def take_rejected(self) -> list[Release[T]]:
+        """What the traces rejected for their span count held (each one's parts and tokens)."""
+        rejected, self._rejected = self._rejected, []
+        return rejected
+
+    def _reject(self, trace_id: str, entry: _Entry[T] | None, now: float) -> None:
+        self._too_big[trace_id] = None
+        while len(self._too_big) > self._remember:
+            self._too_big.popitem(last=False)
+        if entry is None:
+            return
+        self._ready.pop(trace_id, None)
+        if entry.tokens:
+            self._rejected.append(self._release(entry, "too_many_spans", now))
+        self._remove(entry)
 
     def pop_ready(self, now: float) -> list[Release[T]]:
         """Releases due at `now`: complete traces, traces waiting longer than `max_seconds`,

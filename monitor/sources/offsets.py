@@ -40,6 +40,12 @@ class OffsetTracker:
 
     def __init__(self) -> None:
         self._partitions: dict[TopicPartition, _PartitionState] = {}
+        self._generations: dict[TopicPartition, int] = {}
+
+    def generation(self, tp: TopicPartition) -> int:
+        """How many times the partition was forgotten (revoked): work read in an earlier
+        generation belongs to another owner now, even when the partition came back."""
+        return self._generations.get(tp, 0)
 
     def begin(self, tp: TopicPartition, offset: int, units: int = 1) -> None:
         state = self._partitions.setdefault(tp, _PartitionState())
@@ -76,6 +82,16 @@ class OffsetTracker:
             state = self._partitions.get(tp)
             return len(state.outstanding) if state else 0
         return sum(len(s.outstanding) for s in self._partitions.values())
+
+    def heads(self) -> dict[TopicPartition, int]:
+        """Per partition with unfinished messages, the lowest unfinished offset."""
+        heads: dict[TopicPartition, int] = {}
+        for tp, state in self._partitions.items():
+            if state.outstanding:
+                offset = state.committable()
+                if offset is not None:
+                    heads[tp] = offset
+        return heads
 
     def to_commit(self, partitions: set[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """Per partition, the lowest unfinished offset, where it moved since the last commit."""
@@ -121,6 +137,7 @@ class OffsetTracker:
         """Drop revoked partitions; their unfinished messages are re-read by the next owner."""
         for tp in partitions:
             self._partitions.pop(tp, None)
+            self._generations[tp] = self.generation(tp) + 1
 
 
 METADATA_PREFIX = "unfinished:"

@@ -12,7 +12,9 @@ a renamed attribute, is an entry here:
   `gen_ai.completion.N.*`, events on the span or in OTLP logs (joined to their span by
   `monitor.sources.otlp_logs`), `gen_ai.retrieval.*`, `gen_ai.conversation.id`.
 - OpenLLMetry / Traceloop: `traceloop.span.kind`, `traceloop.entity.input` / `.output`,
-  `traceloop.association.properties.*`, `llm.request.type`.
+  `traceloop.association.properties.*`, `llm.request.type`; its LangChain and LlamaIndex
+  instrumentations record documents as LangChain documents or LlamaIndex nodes in those
+  values (`monitor.sources.otlp_documents` recognises them).
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ SPAN_ROLES: tuple[RoleRule, ...] = (
             "retrieval": "retriever",
             "invoke_agent": "agent",
             "invoke_workflow": "pipeline",
+            # Traceloop's own operation names (its LangChain instrumentation 0.62.4: a
+            # retriever's span, a chain step's span; LlamaIndex: a reranker's span)
+            "vector_db_retrieve": "retriever",
+            "execute_task": "task",
+            "rerank": "reranker",
         },
     ),
     RoleRule(
@@ -178,6 +185,9 @@ VALUE_OUTPUTS = (
 # Keys of a JSON input or output that hold the question or the answer, in precedence order.
 INPUT_KEYS = (
     "query",
+    "str_or_query_bundle",  # LlamaIndex: a query engine's or retriever's argument
+    "query_bundle",
+    "query_str",  # LlamaIndex: a QueryBundle's text
     "question",
     "input",
     "user_input",
@@ -233,8 +243,10 @@ class EventDocuments:
 
 @dataclass(frozen=True, slots=True)
 class OutputDocuments:
-    """A task's output that is a list of documents (LangChain documents, or dicts/strings when
-    the task's name says it retrieves)."""
+    """A retriever's or task's output that is a list of documents: LangChain documents or
+    LlamaIndex nodes whatever the span, dicts or strings from a retriever span or a task whose
+    name says it retrieves. Also read as `{"documents": [...]}` (Traceloop's LangChain
+    retriever span) or `{"outputs": [...]}` (a LangChain step)."""
 
     convention: str
     attribute: str
@@ -257,8 +269,13 @@ DOCUMENTS: tuple[DocumentSource, ...] = (
             "distance": "db.query.result.distance",
         },
     ),
-    OutputDocuments("Traceloop task", "traceloop.entity.output"),
+    OutputDocuments("Traceloop retriever or task", "traceloop.entity.output"),
 )
+# When no retriever recorded a document with text: documents handed to a later step, as
+# LangChain documents or LlamaIndex nodes anywhere in its input value (Traceloop's LangChain
+# instrumentation 0.52.6 records no retriever span, only the chain steps the documents pass
+# through, e.g. `{"inputs": {"context": [<Document>...], "question": ...}}`).
+HANDED_DOCUMENTS = VALUE_INPUTS
 
 
 def mapped_event_names() -> frozenset[str]:
@@ -276,6 +293,26 @@ def mapped_event_names() -> frozenset[str]:
 # Document fields inside JSON documents and LangChain documents.
 DOCUMENT_TEXT_KEYS = ("content", "text", "page_content")
 DOCUMENT_ID_KEYS = ("id", "document_id", "doc_id")
+# A document's id in its metadata, when the document carries none itself (Traceloop's LangChain
+# retriever span keeps only `page_content` and `metadata`, dropping `Document.id`): the first
+# of these keys with a value. `id`, `doc_id`, `document_id` and `chunk_id` are the names
+# applications give it; `_id` is where the Qdrant and MongoDB Atlas LangChain stores put the
+# point's / record's id, `pk` where the Milvus store puts its primary key. Never `source`: a
+# file or URL shared by all the chunks cut from it (it becomes the context's `source`).
+METADATA_ID_KEYS = ("id", "doc_id", "document_id", "chunk_id", "_id", "pk")
+# A document's score in its metadata (`relevance_score`: LangChain's rerank compressors).
+METADATA_SCORE_KEYS = ("score", "relevance_score")
+# LangChain's serialised Document: {"lc": 1, "type": "constructor", "id": [..., "Document"],
+# "kwargs": {"page_content", "metadata", "id"}}; recorded unserialised it is
+# {"page_content", "metadata"}.
+LANGCHAIN_DOCUMENT_CLASS = "Document"
+LANGCHAIN_DOCUMENT_TEXT = "page_content"
+# LlamaIndex's NodeWithScore ({"node": {...}, "score"}) and nodes ({"id_", "text" or
+# "text_resource": {"text"}, "metadata"}), recorded by OpenLLMetry as one JSON string each.
+LLAMAINDEX_NODE = "node"
+LLAMAINDEX_NODE_ID = "id_"
+LLAMAINDEX_NODE_TEXT = "text"
+LLAMAINDEX_TEXT_RESOURCE = "text_resource"
 # A task whose name matches this and whose output is a list of texts or dicts is a retriever.
 RETRIEVER_NAME = re.compile(r"retriev|search|vector|fetch_doc|lookup|knowledge", re.I)
 # When a retrieval span records no documents at all (content capture off), how many it found.

@@ -9,9 +9,6 @@ decides how the pieces they find make one RAG turn (`spans_to_trace` says how).
 
 from __future__ import annotations
 
-import base64
-import json
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,9 +22,6 @@ from monitor.sources.otlp_conventions import (
     AGENT_NAME,
     CONVERSATION_ID,
     DEFAULT_SERVICE_NAME,
-    DOCUMENT_ID_KEYS,
-    DOCUMENT_TEXT_KEYS,
-    DOCUMENTS,
     EVENT_TEXT_KEYS,
     FRAMEWORK_CLASS_NAME,
     INPUT_KEYS,
@@ -39,23 +33,34 @@ from monitor.sources.otlp_conventions import (
     OUTPUT_MESSAGES,
     OUTPUT_TOKENS,
     PIPELINE_ROLES,
-    RETRIEVAL_COUNT,
     RETRIEVAL_QUERY,
-    RETRIEVER_NAME,
     SERVICE_NAME,
     SPAN_ROLES,
     SYSTEM_INSTRUCTIONS,
     USER_ID,
     VALUE_INPUTS,
     VALUE_OUTPUTS,
-    EventDocuments,
     EventMessages,
-    IndexedDocuments,
     IndexedMessages,
-    JsonDocuments,
     JsonMessages,
     MessageSource,
     Role,
+)
+from monitor.sources.otlp_documents import (
+    Document,
+    Retrieval,
+    given_documents,
+    last_handed_documents,
+    retrievals,
+)
+from monitor.sources.otlp_values import (
+    finite_number,
+    indexed_groups,
+    jsonable,
+    maybe_json,
+    non_negative_int,
+    text_or_none,
+    unwrap,
 )
 
 if TYPE_CHECKING:  # otlp.py imports this module; SpanRecord is only needed for annotations
@@ -85,91 +90,13 @@ class _Message:
     text: str
 
 
-# ============================================================================ value helpers
-
-_INDEXED = re.compile(r"^(\d{1,9})\.(.+)$")
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value.strip() else None
-
-
-def _maybe_json(value: Any) -> Any:
-    """Parse a string that looks like JSON; return anything else (or unparsable text) as is."""
-    if isinstance(value, str) and value.lstrip()[:1] in ("{", "[", '"'):
-        try:
-            return json.loads(value)
-        except (ValueError, RecursionError):
-            return value
-    return value
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if number == number and abs(number) != float("inf") else None
-
-
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return value if isinstance(value, int) and value >= 0 else None
-
-
-def _jsonable(value: Any, depth: int = 0) -> Any:
-    """A copy fit for JSON (bytes become base64); bounded depth."""
-    if depth > 32:
-        return None
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v, depth + 1) for v in value]
-    if isinstance(value, float) and (value != value or abs(value) == float("inf")):
-        return None
-    return value
-
-
-def _indexed(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
-    """Group `prefix.N.rest` attributes into one dict of `rest -> value` per N, in N order."""
-    groups: dict[int, dict[str, Any]] = {}
-    start = len(prefix) + 1
-    for key, value in attributes.items():
-        if key.startswith(prefix + "."):
-            match = _INDEXED.match(key[start:])
-            if match:
-                groups.setdefault(int(match.group(1)), {})[match.group(2)] = value
-    return [groups[i] for i in sorted(groups)]
-
-
-def _unwrap(value: Any) -> Any:
-    """Strip framework envelopes around a value: LangChain's serialised objects
-    ({"lc": 1, "kwargs": {...}}) and Traceloop's {"inputs": X} / {"outputs": X}."""
-    for _ in range(8):
-        if not isinstance(value, dict):
-            return value
-        if value.get("lc") is not None and isinstance(value.get("kwargs"), dict):
-            value = value["kwargs"]
-        elif "inputs" in value and len(value) <= 3 and "args" not in value:
-            value = value["inputs"]
-        elif "outputs" in value and len(value) <= 3:
-            value = value["outputs"]
-        else:
-            return value
-    return value
-
-
 # ============================================================================ messages
 
 
 def _parts_text(parts: Any) -> str | None:
     """Text of GenAI `parts` ([{type: text, content}]) or OpenAI-style content lists."""
     if isinstance(parts, str):
-        return _text(parts)
+        return text_or_none(parts)
     if not isinstance(parts, list):
         return None
     texts: list[str] = []
@@ -184,16 +111,16 @@ def _parts_text(parts: Any) -> str | None:
             piece = part.get("content", part.get("text"))
             if isinstance(piece, str):
                 texts.append(piece)
-    return _text("\n".join(texts))
+    return text_or_none("\n".join(texts))
 
 
 _LANGCHAIN_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
 def _message(item: Any, default_role: str) -> _Message | None:
-    item = _unwrap(item)
+    item = unwrap(item)
     if isinstance(item, str):
-        text = _text(item)
+        text = text_or_none(item)
         return _Message(default_role, text) if text else None
     if not isinstance(item, dict):
         return None
@@ -210,7 +137,7 @@ def _message(item: Any, default_role: str) -> _Message | None:
 
 def _messages(value: Any, default_role: str) -> list[_Message]:
     """Messages from a messages value: structured, or a JSON string of one."""
-    value = _unwrap(_maybe_json(value))
+    value = unwrap(maybe_json(value))
     if isinstance(value, dict):
         if isinstance(value.get("messages"), list):
             value = value["messages"]
@@ -232,12 +159,12 @@ def _indexed_messages(
     attributes: Mapping[str, Any], source: IndexedMessages, default_role: str
 ) -> list[_Message]:
     result: list[_Message] = []
-    for group in _indexed(attributes, source.prefix):
+    for group in indexed_groups(attributes, source.prefix):
         role = group.get(source.role)
-        text = _text(group.get(source.content))
+        text = text_or_none(group.get(source.content))
         if text is None and source.parts:
-            parts = _indexed(group, source.parts)
-            text = _text(
+            parts = indexed_groups(group, source.parts)
+            text = text_or_none(
                 "\n".join(
                     p[source.part_text] for p in parts if isinstance(p.get(source.part_text), str)
                 )
@@ -250,7 +177,7 @@ def _indexed_messages(
 def _event_text(attributes: Mapping[str, Any]) -> str | None:
     for key in EVENT_TEXT_KEYS:
         if key in attributes:
-            message = _message(_maybe_json(attributes[key]), "user")
+            message = _message(maybe_json(attributes[key]), "user")
             if message is not None:
                 return message.text
     return None
@@ -299,9 +226,9 @@ def _value_text(value: Any, keys: tuple[str, ...], role: str, depth: int = 0) ->
     """The useful text of an input or output value: plain text, or dug out of JSON."""
     if depth > 6:
         return None
-    value = _unwrap(_maybe_json(value))
+    value = unwrap(maybe_json(value))
     if isinstance(value, str):
-        return _text(value)
+        return text_or_none(value)
     if isinstance(value, dict):
         if "args" in value and "kwargs" in value:  # Traceloop's record of a function call
             kwargs = value["kwargs"] if isinstance(value["kwargs"], dict) else {}
@@ -318,7 +245,7 @@ def _value_text(value: Any, keys: tuple[str, ...], role: str, depth: int = 0) ->
                     return found
         if isinstance(value.get("messages"), list) or isinstance(value.get("choices"), list):
             return _last_text(_messages(value, role), role)
-        strings = [v for v in value.values() if _text(v)]
+        strings = [v for v in value.values() if text_or_none(v)]
         return strings[0] if len(strings) == 1 else None
     if isinstance(value, list):
         return _last_text(_messages(value, role), role)
@@ -358,129 +285,6 @@ def _role(span: SpanRecord) -> Role:
     return "other"
 
 
-def _documents(span: SpanRecord, role: Role) -> list[dict[str, Any]] | None:
-    """Retrieved documents as {id, content, score, metadata, source}; None if not a retriever.
-
-    A retriever that recorded no documents and no output at all (content capture off) gives
-    one empty document per document it says it retrieved (at least one): documents without
-    text, so the trace says what it cannot show.
-    """
-    a = span.attributes
-    for source in DOCUMENTS:
-        if isinstance(source, IndexedDocuments):
-            groups = _indexed(a, source.prefix)
-            if groups:
-                return [_indexed_document(g) for g in groups]
-        elif isinstance(source, JsonDocuments):
-            if source.attribute in a:
-                docs = _maybe_json(a.get(source.attribute))
-                items = docs if isinstance(docs, list) else []
-                return [_json_document(d) for d in items if isinstance(d, dict)]
-        elif isinstance(source, EventDocuments):
-            results = [e.attributes for e in span.events if e.name == source.event]
-            if results:
-                return [_event_document(r, source.fields) for r in results]
-        elif role == "task" and (docs := _output_documents(span, source.attribute)) is not None:
-            return docs
-    if role in ("retriever", "reranker"):
-        return [] if _recorded_output(span) else _uncaptured(span)
-    return None
-
-
-def _recorded_output(span: SpanRecord) -> bool:
-    return any(k in span.attributes for k in VALUE_OUTPUTS)
-
-
-def _uncaptured(span: SpanRecord) -> list[dict[str, Any]]:
-    count = next((c for k in RETRIEVAL_COUNT if (c := _count(span.attributes.get(k)))), 1)
-    return [{} for _ in range(min(count, 1000))]
-
-
-def _dict_or_none(value: Any, extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    parsed = _maybe_json(value)
-    result = dict(parsed) if isinstance(parsed, dict) else {}
-    result.update({k: v for k, v in (extra or {}).items() if v is not None})
-    return result or None
-
-
-def _indexed_document(group: dict[str, Any]) -> dict[str, Any]:
-    metadata = _dict_or_none(group.get("document.metadata"))
-    doc_id = group.get("document.id")
-    score = group.get("document.score")
-    if metadata:  # LangChain keeps a document's id and score in its metadata
-        doc_id = doc_id if doc_id is not None else metadata.get("id")
-        score = score if score is not None else metadata.get("score")
-    return {
-        "id": doc_id,
-        "content": group.get("document.content"),
-        "score": score,
-        "metadata": metadata,
-    }
-
-
-def _json_document(doc: dict[str, Any]) -> dict[str, Any]:
-    known = (*DOCUMENT_ID_KEYS, "score", *DOCUMENT_TEXT_KEYS, "metadata", "source", "source_id")
-    extra = {k: v for k, v in doc.items() if k not in known and k not in ("type", "lc")}
-    metadata = _dict_or_none(doc.get("metadata"), extra)
-    content = next((doc[k] for k in DOCUMENT_TEXT_KEYS if _text(doc.get(k))), None)
-    doc_id = next((doc[k] for k in DOCUMENT_ID_KEYS if doc.get(k) is not None), None)
-    score = doc.get("score")
-    if metadata:
-        doc_id = doc_id if doc_id is not None else metadata.get("id")
-        score = score if score is not None else metadata.get("score")
-    return {
-        "id": doc_id,
-        "content": content,
-        "score": score,
-        "source": doc.get("source", doc.get("source_id")),
-        "metadata": metadata,
-    }
-
-
-def _event_document(attributes: Mapping[str, Any], fields: Mapping[str, str]) -> dict[str, Any]:
-    value = {name: attributes.get(key) for name, key in fields.items()}
-    extra = {k: value[k] for k in value if k not in ("id", "content", "score", "metadata")}
-    return {
-        "id": value.get("id"),
-        "content": value.get("content"),
-        "score": value.get("score"),
-        "metadata": _dict_or_none(value.get("metadata"), extra),
-    }
-
-
-def _is_langchain_document(item: Any) -> bool:
-    if not isinstance(item, dict):
-        return False
-    ids = item.get("id")
-    if item.get("lc") is not None and isinstance(ids, list) and ids and ids[-1] == "Document":
-        return True
-    return "page_content" in _unwrap(item)
-
-
-def _output_documents(span: SpanRecord, attribute: str) -> list[dict[str, Any]] | None:
-    """A task's output when it is a list of documents: LangChain documents whatever the task
-    is called, plain texts or dicts when its name says it retrieves."""
-    value = _maybe_json(span.attributes.get(attribute))
-    if isinstance(value, dict):
-        value = value.get("documents", value.get("outputs"))
-    if not isinstance(value, list) or not value:
-        return None
-    if all(_is_langchain_document(item) for item in value):
-        return [
-            _json_document(unwrapped)
-            for item in value
-            if isinstance(unwrapped := _unwrap(item), dict)
-        ]
-    name = span.attributes.get("traceloop.entity.name", span.name)
-    if not RETRIEVER_NAME.search(str(name)):
-        return None
-    if all(isinstance(item, str) for item in value):
-        return [{"content": item} for item in value]
-    if all(isinstance(item, dict) and "role" not in item for item in value):
-        return [_json_document(item) for item in value]
-    return None
-
-
 # ============================================================================ the mapping
 
 
@@ -490,7 +294,8 @@ def spans_to_trace(
     """Map the spans of one trace onto a `Trace`; None when they hold no RAG turn.
 
     Roles come from SPAN_ROLES: LLM calls, retrievers and rerankers, pipeline spans (a chain,
-    workflow or agent: the turn), Traceloop tasks (retrievers when their output is documents).
+    workflow or agent: the turn), Traceloop tasks (retrievers when their output is documents;
+    `monitor.sources.otlp_documents` reads the documents in every recorded shape).
 
     - Not a RAG turn (None): no LLM call, retrieval or pipeline with input and output at all
       (HTTP, database, embeddings or tool spans only); or a plain LLM call -- LLM spans, no
@@ -503,10 +308,14 @@ def spans_to_trace(
     - answer: the root span's own output, else the last-ended LLM call's output, else the
       output of an agent span invoked remotely (kind CLIENT: its LLM calls are not in this
       trace). Never an intermediate chain step's output.
-    - contexts: the last reranker's documents if any, else every retriever's, in start order;
-      rank = position. Documents without text are not contexts: their number is
-      `contexts_without_text` (a retriever that recorded no documents counts what it says it
-      found, at least one), so faithfulness is reported unmeasured instead of wrong.
+    - contexts: the last reranker's documents if any (a reranker, or a step given documents
+      that returns documents), else every retriever's, in start order; a retrieval inside
+      another one is part of it and not counted again. When none has a document with text:
+      the documents handed to the last step (by the answering LLM call's start) whose input
+      holds LangChain documents or LlamaIndex nodes. rank = position. Documents without text
+      are not contexts: their number is `contexts_without_text` (a retriever that recorded no
+      documents counts what it says it found, at least one), so faithfulness is reported
+      unmeasured instead of wrong.
     - agent: an agent attribute (AGENT_NAME) of the outermost span carrying one that is not a
       framework class name, else the service (`service.name`), else "default".
     - conversation_id: CONVERSATION_ID, outermost span first.
@@ -548,7 +357,13 @@ def _map(spans: Sequence[SpanRecord], score_plain_llm_calls: bool) -> Trace | No
         key=lambda s: (s.end_time_unix_nano, s.start_time_unix_nano),
     )
     pipelines = [s for s in outermost if roles[s.span_id] in PIPELINE_ROLES]
-    retrievers = [(s, d) for s in ordered if (d := _documents(s, roles[s.span_id])) is not None]
+    answer_llm = llms[-1] if llms else None
+    found = retrievals(ordered, roles)
+    documents = given_documents(found)
+    if not any(text_or_none(doc.get("content")) for doc in documents):
+        until_ns = (answer_llm or ordered[-1]).start_time_unix_nano
+        documents = last_handed_documents(ordered, roles, until_ns) or documents
+    retrieved = bool(found) or bool(documents)
     remote_agents = [
         s
         for s in pipelines
@@ -558,16 +373,15 @@ def _map(spans: Sequence[SpanRecord], score_plain_llm_calls: bool) -> Trace | No
 
     if not llms:
         turn = pipelines[0] if pipelines else None
-        if turn is None or not (retrievers or remote_agents):
+        if turn is None or not (retrieved or remote_agents):
             return None
         if not (_span_input(turn) and _span_output(turn)):
             return None
-    elif not (retrievers or score_plain_llm_calls) and (not pipelines or conversation_id is None):
+    elif not (retrieved or score_plain_llm_calls) and (not pipelines or conversation_id is None):
         return None
 
-    contexts, textless = _contexts(retrievers)
-    answer_llm = llms[-1] if llms else None
-    query = _question(pipelines, retrievers, answer_llm, contexts)
+    contexts, textless = _contexts(documents)
+    query = _question(pipelines, found, answer_llm, contexts)
     answer = _answer(root, answer_llm, remote_agents)
     if answer is None:
         raise OtlpMappingError(
@@ -608,16 +422,16 @@ def _map(spans: Sequence[SpanRecord], score_plain_llm_calls: bool) -> Trace | No
 
 def _question(
     pipelines: list[SpanRecord],
-    retrievers: list[tuple[SpanRecord, list[dict[str, Any]]]],
+    found: list[Retrieval],
     answer_llm: SpanRecord | None,
     contexts: list[Context],
 ) -> str | None:
     def candidates() -> Iterator[str | None]:
         if pipelines:
             yield _span_input(pipelines[0])
-        for span, _ in retrievers:
+        for retrieval in found:
             for key in RETRIEVAL_QUERY:
-                yield _value_text(span.attributes.get(key), INPUT_KEYS, "user")
+                yield _value_text(retrieval.span.attributes.get(key), INPUT_KEYS, "user")
         if answer_llm is not None:
             yield _last_text(_input_messages(answer_llm), "user")
 
@@ -653,15 +467,20 @@ def _has_ancestor(
 
 
 def _depths(by_id: dict[str, SpanRecord]) -> dict[str, int]:
-    """Distance to the top of each span's chain within the set; cycles count as roots."""
+    """Distance to the top of each span's chain within the set. Raises OtlpMappingError when
+    parents form a cycle: no span of it can be the turn's top, so the trace is not mapped."""
     depths: dict[str, int] = {}
     for span_id in by_id:
         chain: list[str] = []
+        on_chain: set[str] = set()
         current: str | None = span_id
         while current is not None and current in by_id and current not in depths:
-            if current in chain:  # a cycle: treat where it closes as a root
-                break
+            if current in on_chain:
+                raise OtlpMappingError(
+                    "invalid_trace", f"span parents form a cycle (through span {current})"
+                )
             chain.append(current)
+            on_chain.add(current)
             current = by_id[current].parent_span_id
         base = depths[current] + 1 if current is not None and current in depths else 0
         for offset, node in enumerate(reversed(chain)):
@@ -669,19 +488,11 @@ def _depths(by_id: dict[str, SpanRecord]) -> dict[str, int]:
     return depths
 
 
-def _contexts(
-    retrievers: list[tuple[SpanRecord, list[dict[str, Any]]]],
-) -> tuple[list[Context], int]:
-    rerankers = [docs for span, docs in retrievers if _role(span) == "reranker" and docs]
-    documents = (
-        rerankers[-1]
-        if rerankers
-        else [doc for span, docs in retrievers if _role(span) != "reranker" for doc in docs]
-    )
+def _contexts(documents: list[Document]) -> tuple[list[Context], int]:
     contexts: list[Context] = []
     textless = 0
     for doc in documents:
-        text = _text(doc.get("content"))
+        text = text_or_none(doc.get("content"))
         if text is None:
             textless += 1
             continue
@@ -693,10 +504,10 @@ def _contexts(
             Context(
                 id=str(doc_id) if isinstance(doc_id, str | int) and str(doc_id) else f"ctx-{rank}",
                 text=text,
-                score=_number(doc.get("score")),
+                score=finite_number(doc.get("score")),
                 rank=rank,
                 source=source if isinstance(source, str) else None,
-                metadata=_jsonable(metadata) if metadata else None,
+                metadata=jsonable(metadata) if metadata else None,
             )
         )
     return contexts, textless
@@ -705,7 +516,7 @@ def _contexts(
 def _first(spans: Iterable[SpanRecord], keys: tuple[str, ...]) -> str | None:
     for span in spans:
         for key in keys:
-            value = _text(span.attributes.get(key))
+            value = text_or_none(span.attributes.get(key))
             if value:
                 return value
     return None
@@ -714,10 +525,10 @@ def _first(spans: Iterable[SpanRecord], keys: tuple[str, ...]) -> str | None:
 def _agent(outermost: list[SpanRecord], top: SpanRecord) -> str:
     for span in outermost:
         for key in AGENT_NAME:
-            value = _text(span.attributes.get(key))
+            value = text_or_none(span.attributes.get(key))
             if value and not FRAMEWORK_CLASS_NAME.match(value.strip()):
                 return value.strip()
-    service = _text(top.resource_attributes.get(SERVICE_NAME))
+    service = text_or_none(top.resource_attributes.get(SERVICE_NAME))
     if service and not DEFAULT_SERVICE_NAME.match(service):
         return service.strip()
     return DEFAULT_AGENT
@@ -731,9 +542,8 @@ def _usage(llms: list[SpanRecord]) -> Usage | None:
     totals: dict[str, int | None] = {"input_tokens": None, "output_tokens": None}
     for span in llms:
         for field_name, keys in (("input_tokens", INPUT_TOKENS), ("output_tokens", OUTPUT_TOKENS)):
-            count = next(
-                (c for k in keys if (c := _count(span.attributes.get(k))) is not None), None
-            )
+            counts = (non_negative_int(span.attributes.get(k)) for k in keys)
+            count = next((c for c in counts if c is not None), None)
             if count is not None:
                 totals[field_name] = (totals[field_name] or 0) + count
     if totals["input_tokens"] is None and totals["output_tokens"] is None:
@@ -745,7 +555,7 @@ def _metadata(
     top: SpanRecord, outermost: list[SpanRecord], llms: list[SpanRecord]
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"source": "otlp", "root_span": top.name}
-    service = _text(top.resource_attributes.get(SERVICE_NAME))
+    service = text_or_none(top.resource_attributes.get(SERVICE_NAME))
     if service:
         metadata["service_name"] = service
     user = _first(outermost, USER_ID)
@@ -759,7 +569,7 @@ def _metadata(
 
 def _system_messages(span: SpanRecord) -> list[_Message]:
     for attribute in SYSTEM_INSTRUCTIONS:
-        value = _maybe_json(span.attributes.get(attribute))
+        value = maybe_json(span.attributes.get(attribute))
         if value is not None:
             text = _parts_text(value)
             return [_Message("system", text)] if text else []

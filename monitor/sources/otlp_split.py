@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
@@ -25,18 +25,15 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from monitor.sources.assembly import SpanShape
-from monitor.sources.otlp import (
-    SPAN_ID_BYTES,
-    TRACE_ID_BYTES,
-    OtlpDecodeError,
-    OtlpFormat,
-    parse_request,
-)
+from monitor.sources.otlp import OtlpDecodeError, OtlpFormat, parse_request
 from monitor.sources.otlp_conventions import mapped_event_names
 from monitor.sources.otlp_logs import log_event, parse_logs_request
+from monitor.sources.otlp_salvage import encode_rejected, salvage, span_problem
 
 __all__ = [
     "LogsPart",
+    "RejectedPart",
+    "Split",
     "TracePart",
     "encode_request",
     "merge_parts",
@@ -60,27 +57,79 @@ class TracePart:
         return len(self.shapes)
 
 
-def split_by_trace(data: bytes, fmt: OtlpFormat) -> list[TracePart]:
-    """One part per trace the message carries, in first-seen order; [] when it has no spans.
+@dataclass(frozen=True, slots=True)
+class RejectedPart:
+    """The spans of one trace the message carries that cannot be used (a bad span, or one
+    under a bad resource or scope): why, and its spans as they came in the input's format.
+    `trace_id` is None for spans whose trace id cannot be read."""
 
-    Raises OtlpDecodeError when the message is not a decodable export or a span's ids are
-    malformed (the whole message is then a dead letter: its traces cannot be told apart).
+    trace_id: str | None
+    detail: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A message split per trace: the usable parts, and the traces rejected whole."""
+
+    parts: list[TracePart]
+    rejected: list[RejectedPart] = field(default_factory=list)
+
+
+def split_by_trace(data: bytes, fmt: OtlpFormat) -> Split:
+    """One part per trace the message carries, in first-seen order (none when it has no spans).
+
+    A trace with a bad span (a wrong JSON type, invalid UTF-8, a malformed id) or under a bad
+    resource or scope is rejected alone and the others are kept (`otlp_salvage`). Raises
+    OtlpDecodeError when nothing in the message can be used: it is not a decodable export, or
+    no trace in it is good.
     """
-    request = parse_request(data, fmt)
+    try:
+        request = parse_request(data, fmt)
+    except OtlpDecodeError as exc:
+        return _salvaged(data, fmt, exc)
+    spans = [
+        (r, s, span)
+        for r, resource_spans in enumerate(request.resource_spans)
+        for s, scope_spans in enumerate(resource_spans.scope_spans)
+        for span in scope_spans.spans
+    ]
+    for _, _, span in spans:
+        problem = span_problem(span)
+        if problem is not None:
+            return _salvaged(data, fmt, OtlpDecodeError("invalid_id", problem))
+    # the bytes are already the one trace's
+    return Split(_parts(request, spans, data if fmt == "otlp_proto" else None))
+
+
+def _salvaged(data: bytes, fmt: OtlpFormat, error: OtlpDecodeError) -> Split:
+    saved = salvage(data, fmt)
+    if saved is None or not saved.spans:
+        raise error  # nothing to keep: the message is the dead letter, as it came
+    rejected = [RejectedPart(r.trace_id, r.detail, encode_rejected(r, fmt)) for r in saved.rejected]
+    return Split(_parts(saved.request, saved.spans, None), rejected)
+
+
+def _parts(
+    request: ExportTraceServiceRequest,
+    spans: list[tuple[int, int, Span]],
+    whole: bytes | None,
+) -> list[TracePart]:
+    """One part per trace of `spans`; `whole` is the request's own bytes, used as the part when
+    there is one trace."""
     groups: dict[bytes, list[tuple[int, int, Span]]] = {}
-    for r, resource_spans in enumerate(request.resource_spans):
-        for s, scope_spans in enumerate(resource_spans.scope_spans):
-            for span in scope_spans.spans:
-                _check_ids(span)
-                groups.setdefault(bytes(span.trace_id), []).append((r, s, span))
-    single = len(groups) == 1 and fmt == "otlp_proto"  # the bytes are already this trace
+    for r, s, span in spans:
+        groups.setdefault(bytes(span.trace_id), []).append((r, s, span))
+    single = len(groups) == 1 and whole is not None
     return [
         TracePart(
             trace_id.hex(),
-            data if single else _subset(request, spans, _SPANS).SerializeToString(),
-            tuple(_shape(span) for _, _, span in spans),
+            whole
+            if single and whole is not None
+            else _subset(request, grouped, _SPANS).SerializeToString(),
+            tuple(_shape(span) for _, _, span in grouped),
         )
-        for trace_id, spans in groups.items()
+        for trace_id, grouped in groups.items()
     ]
 
 
@@ -91,16 +140,6 @@ def _shape(span: Span) -> SpanShape:
         int(span.start_time_unix_nano),
         int(span.end_time_unix_nano),
     )
-
-
-def _check_ids(span: Span) -> None:
-    trace_id, span_id, parent = bytes(span.trace_id), bytes(span.span_id), span.parent_span_id
-    if len(trace_id) != TRACE_ID_BYTES or not any(trace_id):
-        raise OtlpDecodeError("invalid_id", f"trace_id must be {TRACE_ID_BYTES} non-zero bytes")
-    if len(span_id) != SPAN_ID_BYTES or not any(span_id):
-        raise OtlpDecodeError("invalid_id", f"span_id must be {SPAN_ID_BYTES} non-zero bytes")
-    if parent and len(parent) != SPAN_ID_BYTES:
-        raise OtlpDecodeError("invalid_id", f"span parent_span_id must be {SPAN_ID_BYTES} bytes")
 
 
 # Where an export request keeps its resources, their scopes and the scopes' items.

@@ -29,10 +29,10 @@ input's format, with the origin of the message it first came in.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import structlog
@@ -41,11 +41,13 @@ from prometheus_client import CollectorRegistry
 
 from monitor import metrics_catalog as catalog
 from monitor.config import KafkaConfig
+from monitor.logs import CountedWarning
 from monitor.messages import RawMessage
 from monitor.models import Trace
+from monitor.offload import offload
 from monitor.sinks.deadletter import HEADER_PREFIX, DeadLetterSink
 from monitor.sinks.metrics import Metrics
-from monitor.sinks.writer import OutRecord, TopicWriter
+from monitor.sinks.writer import OutRecord, Refused, TopicWriter
 from monitor.sources.assembly import Release, TraceAssembler
 from monitor.sources.native import DecodeError, decode_native
 from monitor.sources.offsets import OffsetTracker
@@ -53,13 +55,13 @@ from monitor.sources.otlp import (
     OtlpDecodeError,
     OtlpFormat,
     OtlpMappingError,
-    decode_otlp,
     detect_format,
-    spans_to_trace,
 )
-from monitor.sources.otlp_logs import attach_log_events, decode_otlp_logs, detect_logs_format
+from monitor.sources.otlp_logs import detect_logs_format
+from monitor.sources.otlp_release import map_release, release_bytes
 from monitor.sources.otlp_split import (
     LogsPart,
+    Split,
     TracePart,
     encode_request,
     merge_parts,
@@ -94,6 +96,7 @@ class PartToken:
 
 
 AssembledOutput = Callable[[list[tuple[Trace, Release[PartToken]]]], Awaitable[None]]
+ScoredWhole = Callable[[str], Awaitable[bool]]
 
 
 class OtlpIntake(Protocol):
@@ -160,6 +163,28 @@ def part_token(msg: RawMessage) -> PartToken:
     return PartToken(msg, origin, fmt)
 
 
+async def dead_letter(
+    sink: DeadLetterSink,
+    metrics: Metrics,
+    origin: RawMessage,
+    reason: str,
+    error_class: str,
+    detail: str,
+    value: bytes | None = None,
+) -> None:
+    """Dead-letter (and count) what came in `origin`: its own value, or `value` in its place."""
+    log.warning(
+        "message dead-lettered",
+        topic=origin.topic,
+        partition=origin.partition,
+        offset=origin.offset,
+        reason=reason,
+        error=detail,
+    )
+    await sink.send(origin, reason, error_class, detail, value=value)
+    metrics.dead_letters.labels(reason).inc()
+
+
 async def dead_letter_release(
     sink: DeadLetterSink,
     metrics: Metrics,
@@ -171,36 +196,23 @@ async def dead_letter_release(
     """Dead-letter one trace: its spans in the input's format, under its first origin."""
     merged = merge_parts(list(release.parts))
     detail = f"trace {release.trace_id}: {error}"
-    try:
-        value: bytes | None = encode_request(merged, release.origin.fmt)
-    except Exception:  # undecodable parts cannot be re-encoded: keep them as they are
-        value = merged
-    if value is not None and len(value) > max_bytes:
-        detail += f" (its {len(value)} bytes of spans exceed {max_bytes} and are not attached)"
-        value = None
-    log.warning(
-        "trace dead-lettered",
-        trace_id=release.trace_id,
-        reason=reason,
-        error=detail,
-        revision=release.revision,
+    value: bytes | None = None
+    if len(merged) > max_bytes:  # its JSON would be larger still: not worth the CPU
+        detail += f" (its {len(merged)} bytes of spans exceed {max_bytes} and are not attached)"
+    else:
+        value = await offload(
+            len(merged), functools.partial(_in_input_format, merged, release.origin.fmt)
+        )
+    await dead_letter(
+        sink, metrics, release.origin.origin, reason, type(error).__name__, detail, value
     )
-    await sink.send(release.origin.origin, reason, type(error).__name__, detail, value=value)
-    metrics.dead_letters.labels(reason).inc()
 
 
-def stamp(trace: Trace, release: Release[PartToken]) -> Trace:
-    """The trace with what assembly knows: when it started, whether it is whole, its revision."""
-    metadata = dict(trace.metadata or {})
-    if release.start_ns:
-        seconds, rest = divmod(release.start_ns, 1_000_000_000)
-        started = datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest // 1000)
-        metadata["started_at"] = started.isoformat()
-    if not release.complete:
-        metadata["incomplete_trace"] = True
-    if release.revision > 1:
-        metadata["revision"] = release.revision
-    return trace.model_copy(update={"metadata": metadata})
+def _in_input_format(merged: bytes, fmt: OtlpFormat) -> bytes:
+    try:
+        return encode_request(merged, fmt)
+    except Exception:  # undecodable parts cannot be re-encoded: keep them as they are
+        return merged
 
 
 # ------------------------------------------------------------------------------ assembling
@@ -219,9 +231,12 @@ class Assembly:
         output: AssembledOutput,
         finish: Finish,
         awaits_events: bool = False,
+        scored_whole: ScoredWhole | None = None,
     ) -> None:
         """`awaits_events`: log records may bring a trace's content after its spans (log topics
-        are read), so a trace that cannot be mapped for want of a question or answer waits."""
+        are read), so a trace that cannot be mapped for want of a question or answer waits.
+        `scored_whole` says whether a trace id already has a result of the whole trace (the
+        store), so that fragments of it read again are skipped, not dead-lettered."""
         self._metrics = metrics
         self._otlp = otlp_metrics
         self._dead_letters = dead_letters
@@ -230,13 +245,19 @@ class Assembly:
         self._max_bytes = kafka.max_message_bytes
         self._plain_llm_calls = kafka.otlp_score_plain_llm_calls
         self._awaits_events = awaits_events
+        self._scored_whole = scored_whole
+        self._max_spans = kafka.otlp_max_spans_per_trace
+        self._shedding = CountedWarning(
+            log, "OTLP assembler shedding traces at its memory bound (kafka.otlp_max_pending_*)"
+        )
         self._assembler: TraceAssembler[PartToken] = TraceAssembler(
             max_seconds=kafka.otlp_assembly_max_seconds,
             grace_seconds=kafka.otlp_late_span_grace_seconds,
             max_traces=kafka.otlp_max_pending_traces,
             max_bytes=kafka.otlp_max_pending_bytes,
             settle_seconds=kafka.otlp_assembly_settle_seconds,
-            on_shed=lambda reason: otlp_metrics.shed.labels(reason).inc(),
+            on_shed=self._shed,
+            max_spans=kafka.otlp_max_spans_per_trace,
         )
         self._late = metrics.traces_skipped.labels("otlp_late_spans")
         self._not_rag = metrics.traces_skipped.labels("otlp_not_rag")
@@ -247,26 +268,62 @@ class Assembly:
     def assembler(self) -> TraceAssembler[PartToken]:
         return self._assembler
 
-    def add(self, part: TracePart, token: PartToken, now: float, group: Hashable = None) -> None:
-        outcome = self._assembler.add(part.trace_id, part.data, part.shapes, token, now, group)
-        self._added(outcome, token)
+    def _shed(self, reason: str) -> None:
+        self._otlp.shed.labels(reason).inc()
+        self._shedding.count(reason, **self._held())
 
-    def add_events(
+    def _held(self) -> dict[str, int]:
+        return {
+            "pending": self._assembler.pending,
+            "kept": self._assembler.kept,
+            "bytes": self._assembler.bytes,
+        }
+
+    async def add(
+        self, part: TracePart, token: PartToken, now: float, group: Hashable = None
+    ) -> None:
+        outcome = self._assembler.add(part.trace_id, part.data, part.shapes, token, now, group)
+        await self._added(outcome, token, part.trace_id, part.data)
+
+    async def add_events(
         self, part: LogsPart, token: PartToken, now: float, group: Hashable = None
     ) -> None:
         outcome = self._assembler.add(part.trace_id, part.data, (), token, now, group, events=True)
-        self._added(outcome, token)
+        await self._added(outcome, token, part.trace_id, part.data)
 
-    def _added(self, outcome: str, token: PartToken) -> None:
+    async def _added(self, outcome: str, token: PartToken, trace_id: str, data: bytes) -> None:
         if outcome == "late":
             self._late.inc()
             self._finish([token.message])
         elif outcome == "duplicate":
             self._finish([token.message])
+        elif outcome == "rejected":
+            error = DecodeError(
+                "too_many_spans",
+                f"more than {self._max_spans} spans (kafka.otlp_max_spans_per_trace)",
+            )
+            for release in self._assembler.take_rejected():  # what it held before this part
+                await self._reject(release, "too_many_spans", error)
+                self._finish([t.message for t in release.tokens])
+            detail = f"trace {trace_id}: {error}"
+            value = data if len(data) <= self._max_bytes else None
+            if value is not None:
+                value = await offload(len(data), functools.partial(encode_request, data, token.fmt))
+            await dead_letter(
+                self._dead_letters,
+                self._metrics,
+                token.origin,
+                "too_many_spans",
+                type(error).__name__,
+                detail,
+                value,
+            )
+            self._finish([token.message])
 
     async def tick(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         await self._handle(self._assembler.pop_ready(now), now)
+        self._shedding.flush(**self._held())
 
     async def flush(self) -> None:
         now = time.monotonic()
@@ -289,7 +346,10 @@ class Assembly:
                 self._finish(tokens)
                 continue
             try:
-                result = self._map(release)
+                mapped = await offload(
+                    release_bytes(release),
+                    functools.partial(map_release, release, self._plain_llm_calls),
+                )
             except OtlpDecodeError as exc:
                 self._count_release(release)
                 await self._reject(release, "otlp_undecodable", exc)
@@ -304,16 +364,20 @@ class Assembly:
                 ):
                     log.debug("trace waits for its log records", trace_id=release.trace_id)
                     continue
+                if await self._fragment_of_a_whole_trace(release):
+                    self._late.inc()
+                    self._finish(tokens)
+                    continue
                 self._count_release(release)
                 await self._reject(release, "otlp_unmappable", exc)
                 self._finish(tokens)
                 continue
-            if result is None:
+            if mapped is None:
                 self._count_release(release)
                 self._not_rag.inc()
                 self._finish(tokens)
                 continue
-            digest = hash((result.model_dump_json(), release.complete, release.start_ns))
+            result, digest = mapped
             if release.revision > 1 and release.note == digest:
                 log.debug("re-assembly changes nothing", trace_id=release.trace_id)
                 self._finish(tokens)  # already produced as it is: not released again
@@ -321,7 +385,7 @@ class Assembly:
             self._count_release(release)
             if release.revision == 1:
                 self._decoded.inc()
-            traces.append((stamp(result, release), release))
+            traces.append((result, release))
             notes.append((release.trace_id, digest))
         if traces:
             await self._output(traces)
@@ -329,13 +393,15 @@ class Assembly:
                 self._assembler.note(trace_id, digest)
         self._update_gauges()
 
-    def _map(self, release: Release[PartToken]) -> Trace | None:
-        """The release as a trace: its spans, with its log records joined to them as events."""
-        spans = decode_otlp(merge_parts(list(release.parts)), "otlp_proto")
-        if release.event_parts:
-            events = decode_otlp_logs(merge_parts(list(release.event_parts)), "otlp_proto")
-            spans = attach_log_events(spans, events)
-        return spans_to_trace(spans, score_plain_llm_calls=self._plain_llm_calls)
+    async def _fragment_of_a_whole_trace(self, release: Release[PartToken]) -> bool:
+        """An unmappable first release, incomplete, of a trace already scored whole: spans read
+        again after a crash or a rebalance, not a bad trace (skipped as `otlp_late_spans`)."""
+        if release.complete or release.revision > 1 or self._scored_whole is None:
+            return False
+        if not await self._scored_whole(release.trace_id):
+            return False
+        log.info("fragment of a trace already scored whole; skipped", trace_id=release.trace_id)
+        return True
 
     def _count_release(self, release: Release[PartToken]) -> None:
         outcome = (
@@ -365,11 +431,29 @@ class Assembly:
         self._otlp.bytes.set(self._assembler.bytes)
 
 
-def split_or_reject(msg: RawMessage, fmt: OtlpFormat) -> list[TracePart] | DecodeError:
+def split_or_reject(msg: RawMessage, fmt: OtlpFormat) -> Split | DecodeError:
     try:
         return split_by_trace(msg.value or b"", fmt)
     except OtlpDecodeError as exc:
         return DecodeError("otlp_undecodable", str(exc))
+
+
+async def split_offloaded(msg: RawMessage, fmt: OtlpFormat) -> Split | DecodeError:
+    """`split_or_reject`, in a worker thread for a large message."""
+    return await offload(msg.value_size, functools.partial(split_or_reject, msg, fmt))
+
+
+async def dead_letter_rejected(
+    sink: DeadLetterSink, metrics: Metrics, origin: RawMessage, split: Split
+) -> None:
+    """Dead-letter the traces of a message that cannot be used, each alone (the message's other
+    traces go on): its spans as they came, in the input's format."""
+    for rejected in split.rejected:
+        what = f"trace {rejected.trace_id}" if rejected.trace_id else "spans without a trace id"
+        detail = f"{what}: {rejected.detail}"
+        await dead_letter(
+            sink, metrics, origin, "otlp_undecodable", "OtlpDecodeError", detail, rejected.data
+        )
 
 
 def split_logs_or_reject(msg: RawMessage, fmt: OtlpFormat) -> list[LogsPart] | DecodeError:
@@ -383,20 +467,29 @@ class LocalIntake:
     """The file source's OTLP path: split and assembled in process, releases scored directly."""
 
     def __init__(
-        self, assembly: Assembly, tracker: OffsetTracker, metrics: Metrics, reject: Reject
+        self,
+        assembly: Assembly,
+        tracker: OffsetTracker,
+        metrics: Metrics,
+        reject: Reject,
+        dead_letters: DeadLetterSink,
     ) -> None:
         self._assembly = assembly
         self._tracker = tracker
+        self._metrics = metrics
         self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
         self._reject = reject
+        self._dead_letters = dead_letters
 
     async def take(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None:
         now = time.monotonic()
         for msg, fmt in messages:
-            parts = split_or_reject(msg, fmt)
-            if isinstance(parts, DecodeError):
-                await self._reject(msg, parts)
+            split = await split_offloaded(msg, fmt)
+            if isinstance(split, DecodeError):
+                await self._reject(msg, split)
                 continue
+            await dead_letter_rejected(self._dead_letters, self._metrics, msg, split)
+            parts = split.parts
             if not parts:
                 self._no_spans.inc()
                 self._tracker.finish(msg.tp, msg.offset)
@@ -404,7 +497,7 @@ class LocalIntake:
             self._tracker.add_units(msg.tp, msg.offset, len(parts) - 1)  # one unit per trace
             token = PartToken(msg, msg, fmt)
             for part in parts:
-                self._assembly.add(part, token, now)
+                await self._assembly.add(part, token, now)
 
     async def take_logs(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None:
         now = time.monotonic()
@@ -419,7 +512,7 @@ class LocalIntake:
             self._tracker.add_units(msg.tp, msg.offset, len(parts) - 1)
             token = PartToken(msg, msg, fmt)
             for part in parts:
-                self._assembly.add_events(part, token, now)
+                await self._assembly.add_events(part, token, now)
 
     async def tick(self) -> None:
         await self._assembly.tick()
@@ -438,11 +531,14 @@ class SpanForwarder:
         metrics: Metrics,
         finish: Finish,
         reject: Reject,
+        dead_letters: DeadLetterSink,
     ) -> None:
         self._writer = writer
         self._topic = spans_topic
         self._finish = finish
         self._reject = reject
+        self._metrics = metrics
+        self._dead_letters = dead_letters
         self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
 
     async def take(self, messages: Sequence[tuple[RawMessage, OtlpFormat]]) -> None:
@@ -454,9 +550,10 @@ class SpanForwarder:
 
     async def _forward(self, messages: Sequence[tuple[RawMessage, OtlpFormat]], logs: bool) -> None:
         records: list[OutRecord] = []
+        sources: dict[int, tuple[RawMessage, OtlpFormat]] = {}
         done: list[RawMessage] = []
         for msg, fmt in messages:
-            parts = split_logs_or_reject(msg, fmt) if logs else split_or_reject(msg, fmt)
+            parts = split_logs_or_reject(msg, fmt) if logs else await self._split(msg, fmt)
             if isinstance(parts, DecodeError):
                 await self._reject(msg, parts)
                 continue
@@ -465,13 +562,46 @@ class SpanForwarder:
                 self._finish([msg])
                 continue
             headers = part_headers(msg, fmt, logs=logs)
-            records += [
-                OutRecord(self._topic, part.trace_id.encode(), part.data, headers) for part in parts
-            ]
+            for part in parts:
+                records.append(OutRecord(self._topic, part.trace_id.encode(), part.data, headers))
+                sources[id(records[-1])] = (msg, fmt)
             done.append(msg)
         if records:
-            await self._writer.send_all(records)
+            for refused in await self._writer.send_all(records):
+                msg, fmt = sources[id(refused.record)]
+                await self._refused(msg, fmt, refused, logs)
         self._finish(done)
+
+    async def _split(self, msg: RawMessage, fmt: OtlpFormat) -> list[TracePart] | DecodeError:
+        split = await split_offloaded(msg, fmt)
+        if isinstance(split, DecodeError):
+            return split
+        await dead_letter_rejected(self._dead_letters, self._metrics, msg, split)
+        return split.parts
+
+    async def _refused(
+        self, msg: RawMessage, fmt: OtlpFormat, refused: Refused, logs: bool
+    ) -> None:
+        """A part the spans topic will not take (too large): dead-lettered, its trace's spans
+        in the input's format (the other traces of the message went on)."""
+        record = refused.record
+        trace_id = (record.key or b"").decode("ascii", "replace")
+        value = record.value
+        if not logs:
+            value = await offload(len(value), functools.partial(encode_request, value, fmt))
+        detail = (
+            f"trace {trace_id}: its part of {len(record.value)} bytes is too large for the spans"
+            f" topic ({type(refused.error).__name__})"
+        )
+        await dead_letter(
+            self._dead_letters,
+            self._metrics,
+            msg,
+            "too_large",
+            type(refused.error).__name__,
+            detail,
+            value,
+        )
 
     async def tick(self) -> None:
         return None
@@ -501,6 +631,7 @@ class TracesTopicOutput:
 
     async def __call__(self, items: list[tuple[Trace, Release[PartToken]]]) -> None:
         records: list[OutRecord] = []
+        releases: dict[int, Release[PartToken]] = {}
         tokens: list[RawMessage] = []
         for trace, release in items:
             value = trace.model_dump_json(exclude_none=True).encode("utf-8")
@@ -523,24 +654,46 @@ class TracesTopicOutput:
             records.append(
                 OutRecord(self._topic, trace.partition_key.encode("utf-8"), value, headers)
             )
+            releases[id(records[-1])] = release
             tokens.extend(released)
         if records:
-            await self._writer.send_all(records)
+            for refused in await self._writer.send_all(records):
+                error = DecodeError(
+                    "too_large",
+                    f"the traces topic refused the assembled trace of {len(refused.record.value)}"
+                    f" bytes ({type(refused.error).__name__})",
+                )
+                await dead_letter_release(
+                    self._dead_letters,
+                    self._metrics,
+                    releases[id(refused.record)],
+                    "too_large",
+                    error,
+                    self._max_bytes,
+                )
         self._finish(tokens)
 
     async def forward_native(self, items: Sequence[tuple[RawMessage, Trace]]) -> None:
         """Native traces found on an OTLP topic: passed on unchanged, keyed by conversation."""
-        records = [
-            OutRecord(
-                self._topic,
-                trace.partition_key.encode("utf-8"),
-                msg.value or b"",
-                [(k, v) for k, v in msg.headers if not k.startswith(HEADER_PREFIX)],
+        origins: dict[int, RawMessage] = {}
+        records: list[OutRecord] = []
+        for msg, trace in items:
+            kept = [(k, v) for k, v in msg.headers if not k.startswith(HEADER_PREFIX)]
+            records.append(
+                OutRecord(self._topic, trace.partition_key.encode(), msg.value or b"", kept)
             )
-            for msg, trace in items
-        ]
-        if records:
-            await self._writer.send_all(records)
+            origins[id(records[-1])] = msg
+        for refusal in await self._writer.send_all(records) if records else []:
+            error_class = type(refusal.error).__name__
+            detail = f"the traces topic refused it ({error_class})"
+            await dead_letter(
+                self._dead_letters,
+                self._metrics,
+                origins[id(refusal.record)],
+                "too_large",
+                error_class,
+                detail,
+            )
         self._finish([msg for msg, _ in items])
 
 
@@ -559,6 +712,7 @@ class KafkaOtlpStage:
         tracker: OffsetTracker,
         writer: TopicWriter,
         dead_letters: DeadLetterSink,
+        scored_whole: ScoredWhole | None = None,
     ) -> None:
         self._kafka = kafka
         self._metrics = metrics
@@ -581,10 +735,11 @@ class KafkaOtlpStage:
             output=self.output,
             finish=self._finish,
             awaits_events=bool(kafka.otlp_logs_topics),
+            scored_whole=scored_whole,
         )
         self._logs_topics = frozenset(kafka.otlp_logs_topics)
         self.forwarder = SpanForwarder(
-            writer, self.spans_topic, metrics, self._finish, self._reject
+            writer, self.spans_topic, metrics, self._finish, self._reject, dead_letters
         )
         self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
         self._decoded_native = metrics.traces_decoded.labels("native")
@@ -596,7 +751,11 @@ class KafkaOtlpStage:
         return bool(partitions & self._busy)
 
     async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
+        """Take fetched messages. The batch's bad input messages are dead-lettered after its
+        good ones are forwarded, so a dead-letter topic that does not answer holds up only
+        them (and the commits)."""
         now = time.monotonic()
+        bad: list[tuple[RawMessage, DecodeError]] = []
         raw: list[tuple[RawMessage, OtlpFormat]] = []
         logs: list[tuple[RawMessage, OtlpFormat]] = []
         native: list[tuple[RawMessage, Trace]] = []
@@ -612,9 +771,7 @@ class KafkaOtlpStage:
                 size = len(msg.value) if msg.value is not None else 0
                 if size > self._kafka.max_message_bytes:
                     limit = self._kafka.max_message_bytes
-                    await self._reject(
-                        msg, DecodeError("too_large", f"{size} bytes, limit {limit}")
-                    )
+                    bad.append((msg, DecodeError("too_large", f"{size} bytes, limit {limit}")))
                     continue
                 if msg.topic in self._logs_topics:
                     logs.append((msg, self._logs_format(msg)))
@@ -625,12 +782,13 @@ class KafkaOtlpStage:
                     else detect_format(msg.value or b"")
                 )
                 if fmt == "native":
+                    decode = functools.partial(
+                        decode_native, msg.value, self._kafka.max_message_bytes
+                    )
                     try:
-                        native.append(
-                            (msg, decode_native(msg.value, self._kafka.max_message_bytes))
-                        )
+                        native.append((msg, await offload(msg.value_size, decode)))
                     except DecodeError as exc:
-                        await self._reject(msg, exc)
+                        bad.append((msg, exc))
                     continue
                 raw.append((msg, fmt))
             for topic, count in consumed.items():
@@ -642,6 +800,8 @@ class KafkaOtlpStage:
             if native:
                 self._decoded_native.inc(len(native))
                 await self.output.forward_native(native)
+            for msg, error in bad:
+                await self._reject(msg, error)
             await self.assembly.tick(now)
         finally:
             self._busy = set()
@@ -655,18 +815,19 @@ class KafkaOtlpStage:
         if holds_logs(msg):
             await self._take_logs_part(msg, now)
             return
-        parts = split_or_reject(msg, "otlp_proto")
-        if isinstance(parts, DecodeError):
-            await self._reject(msg, parts)
+        split = await split_offloaded(msg, "otlp_proto")
+        if isinstance(split, DecodeError):
+            await self._reject(msg, split)
             return
-        if not parts:
+        token = part_token(msg)
+        await dead_letter_rejected(self._dead_letters, self._metrics, token.origin, split)
+        if not split.parts:
             self._no_spans.inc()
             self._finish([msg])
             return
-        self._tracker.add_units(msg.tp, msg.offset, len(parts) - 1)
-        token = part_token(msg)
-        for part in parts:
-            self.assembly.add(part, token, now, group=msg.tp)
+        self._tracker.add_units(msg.tp, msg.offset, len(split.parts) - 1)
+        for part in split.parts:
+            await self.assembly.add(part, token, now, group=msg.tp)
 
     async def _take_logs_part(self, msg: RawMessage, now: float) -> None:
         parts = split_logs_or_reject(msg, "otlp_proto")
@@ -679,7 +840,7 @@ class KafkaOtlpStage:
         self._tracker.add_units(msg.tp, msg.offset, len(parts) - 1)
         token = part_token(msg)
         for part in parts:
-            self.assembly.add_events(part, token, now, group=msg.tp)
+            await self.assembly.add_events(part, token, now, group=msg.tp)
 
     async def tick(self) -> None:
         if not self._rebalancing:

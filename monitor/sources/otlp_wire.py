@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
@@ -158,3 +158,68 @@ def any_value(value: AnyValue) -> Any:
     if which == "bytes_value":
         return bytes(value.bytes_value)
     return None  # unset, or a profiles-only dictionary index
+
+
+# ------------------------------------------------------------------------------ protobuf wire
+# Enough of the wire format to take a message apart where a parser refuses it whole
+# (`monitor.sources.otlp_salvage`).
+
+WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def length_delimited_fields(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(field number, payload) of the length-delimited fields of a protobuf message; other
+    fields are skipped. Raises ValueError when `data` is not protobuf wire format."""
+    pos = 0
+    while pos < len(data):
+        key, pos = read_varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        if wire == WIRE_VARINT:
+            _, pos = read_varint(data, pos)
+        elif wire == WIRE_I64:
+            pos += 8
+        elif wire == WIRE_I32:
+            pos += 4
+        elif wire == WIRE_LEN:
+            size, pos = read_varint(data, pos)
+            if pos + size > len(data):
+                raise ValueError("length past the end")
+            yield number, data[pos : pos + size]
+            pos += size
+        else:
+            raise ValueError(f"wire type {wire}")
+    if pos != len(data):
+        raise ValueError("truncated field")
+
+
+def length_delimited(number: int, payload: bytes) -> bytes:
+    """A length-delimited field on the wire."""
+    return encode_varint(number << 3 | WIRE_LEN) + encode_varint(len(payload)) + payload
+
+
+def encode_varint(value: int) -> bytes:
+    """A non-negative integer as a protobuf varint."""
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)

@@ -7,6 +7,12 @@ and log-record parts keyed by trace id, assembled traces keyed by conversation i
 partition and the longer `kafka.dlq_retention_ms`.
 The daemon creates its internal topics itself when they are missing (it owns them, as a Kafka
 Streams application owns its repartition topics); every other topic it only checks.
+
+What is reported is read back from the broker: partition counts from its metadata, retention
+from DescribeConfigs where the broker answers it. Topics are looked up in the broker's list
+first and only those present are described: a metadata request naming a missing topic makes a
+broker with `auto.create.topics.enable` (Apache Kafka's default, and Tansu) create it with its
+own default partition count.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
 
 from monitor.config import Settings, aiokafka_security_kwargs
+from monitor.sinks.produce import RECORD_OVERHEAD_BYTES
 from monitor.sinks.topics import MissingTopicError
-from monitor.sinks.writer import RECORD_OVERHEAD_BYTES
 
 TOPIC_ALREADY_EXISTS = 36
 VISIBLE_SECONDS = 15.0
@@ -44,12 +51,27 @@ class TopicOutcome:
     created: bool
     partitions: int | None  # of the topic as it is (None when unknown)
     error: str | None = None
+    retention_ms: str | None = None  # as the broker reports it (None: it does not say)
+
+    @property
+    def differences(self) -> list[str]:
+        """How the topic as it is differs from the configuration: `12 partitions`, ..."""
+        spec = self.spec
+        found = []
+        if self.partitions is not None and self.partitions != spec.partitions:
+            found.append(f"{spec.partitions} partition" + ("s" if spec.partitions != 1 else ""))
+        wanted = spec.configs.get("retention.ms")
+        if wanted and self.retention_ms is not None and self.retention_ms != wanted:
+            found.append(f"retention.ms {wanted}")
+        return found
 
 
 def needed_topics(settings: Settings) -> list[TopicSpec]:
     """Every topic the configuration reads or writes, with how it should be made."""
     kafka = settings.kafka
     retention = {"retention.ms": str(kafka.retention_ms)}
+    # What the daemon writes may be as large as what it reads, plus what it adds (headers).
+    room = {"max.message.bytes": str(kafka.max_message_bytes + RECORD_OVERHEAD_BYTES)}
     specs = [
         TopicSpec(name, "kafka.topics", kafka.topic_partitions, "native traces", configs=retention)
         for name in kafka.topics
@@ -82,7 +104,7 @@ def needed_topics(settings: Settings) -> list[TopicSpec]:
             "kafka.dlq_topic",
             1,
             "dead letters",
-            configs={"retention.ms": str(kafka.dlq_retention_ms)},
+            configs={"retention.ms": str(kafka.dlq_retention_ms), **room},
         )
     )
     if settings.results.topic:
@@ -92,7 +114,7 @@ def needed_topics(settings: Settings) -> list[TopicSpec]:
                 "results.topic",
                 kafka.topic_partitions,
                 "evaluation results",
-                configs=retention,
+                configs={**retention, **room},
             )
         )
     return specs
@@ -163,6 +185,7 @@ async def create_topics(settings: Settings, specs: list[TopicSpec]) -> list[Topi
             existing.update(
                 await _visible(admin, [s.name for s in missing if s.name not in errors])
             )
+        retentions = await _retentions(admin, list(existing))
     finally:
         await admin.close()
     made = {s.name for s in missing}
@@ -172,6 +195,7 @@ async def create_topics(settings: Settings, specs: list[TopicSpec]) -> list[Topi
             created=spec.name in made and spec.name not in errors,
             partitions=existing.get(spec.name),
             error=errors.get(spec.name),
+            retention_ms=retentions.get(spec.name),
         )
         for spec in specs
     ]
@@ -195,11 +219,39 @@ async def _visible(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, in
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Partition counts of the topics among `names` that exist (see the module's doc on why
+    the list comes first)."""
+    listed = set(await admin.list_topics())
+    present = [name for name in names if name in listed]
+    if not present:
+        return {}
     counts = {}
-    for described in await admin.describe_topics(names):
+    for described in await admin.describe_topics(present):
         if described.get("error_code", 0) == 0 and described.get("partitions"):
             counts[described["topic"]] = len(described["partitions"])
     return counts
+
+
+async def _retentions(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, str]:
+    """`retention.ms` of each topic, read back; empty when the broker does not answer
+    DescribeConfigs (Tansu closes the connection)."""
+    if not names:
+        return {}
+    resources = [
+        ConfigResource(ConfigResourceType.TOPIC, name, {"retention.ms": None}) for name in names
+    ]
+    try:
+        responses: Any = await asyncio.wait_for(admin.describe_configs(resources), 10)
+    except (KafkaError, OSError, TimeoutError):
+        return {}
+    found = {}
+    for response in responses:
+        for resource in response.resources:
+            error_code, name, entries = resource[0], resource[3], resource[4]
+            for entry in entries if error_code == 0 else ():
+                if entry[0] == "retention.ms" and entry[1] is not None:
+                    found[name] = str(entry[1])
+    return found
 
 
 async def ensure_internal_topics(settings: Settings) -> list[TopicOutcome]:

@@ -8,11 +8,10 @@ the conversation): a trace with only an LLM span, which rag-monitor must not sco
 
 from __future__ import annotations
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_common import plan_retriever
 from langchain_core.documents import Document as LCDocument
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_openai import ChatOpenAI
 from openai import OpenAI
@@ -35,18 +34,6 @@ provider.add_span_processor(
 LangChainInstrumentor().instrument(tracer_provider=provider)
 OpenAIInstrumentor().instrument(tracer_provider=provider)
 
-lookup = retriever(plan)
-
-
-class PlanRetriever(BaseRetriever):
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-    ) -> list[LCDocument]:
-        return [
-            LCDocument(page_content=d.text, metadata={"id": d.id, "score": d.score}, id=d.id)
-            for d in lookup(query)
-        ]
-
 
 def format_docs(docs: list[LCDocument]) -> str:
     return "\n\n".join(f"[{d.metadata['id']}] {d.page_content}" for d in docs)
@@ -59,7 +46,10 @@ llm = ChatOpenAI(
     model=plan["model"], base_url=plan["openai_base_url"], api_key="test-key", temperature=0
 )
 chain = (
-    {"context": PlanRetriever() | RunnableLambda(format_docs), "question": RunnablePassthrough()}
+    {
+        "context": plan_retriever(retriever(plan)) | RunnableLambda(format_docs),
+        "question": RunnablePassthrough(),
+    }
     | prompt
     | llm
     | StrOutputParser()

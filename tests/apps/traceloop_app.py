@@ -17,13 +17,10 @@ from langchain_openai import ChatOpenAI
 from rag_common import SYSTEM_PROMPT, load_plan, retriever, turns
 from traceloop.sdk import Traceloop
 from traceloop.sdk.decorators import task, workflow
+from traceloop_common import init_traceloop
 
 plan = load_plan()
-Traceloop.init(
-    app_name=plan["service"],
-    api_endpoint=plan["otlp_endpoint"],
-    telemetry_enabled=False,
-)
+init_traceloop(plan)
 lookup = retriever(plan)
 prompt = ChatPromptTemplate.from_messages(
     [("system", SYSTEM_PROMPT), ("human", "Context:\n{context}\n\nQuestion: {question}")]

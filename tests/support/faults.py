@@ -447,6 +447,16 @@ def end_total(bootstrap: str, topic: str) -> int:
     return sum(asyncio.run(end_offsets(bootstrap, topic)).values())
 
 
+def wait_committed(bootstrap: str, group: str, topic: str, timeout: float, what: str) -> None:
+    """Wait until `group` has committed as many offsets of `topic` as it holds."""
+    wait_until(
+        lambda: committed_total(bootstrap, group) >= end_total(bootstrap, topic),
+        timeout,
+        what,
+        interval=1.0,
+    )
+
+
 def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
     """The group has committed every partition of `topic` up to its end."""
     from tests.support.kafka_io import committed_offsets

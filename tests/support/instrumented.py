@@ -8,6 +8,7 @@ a real Collector.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -22,6 +23,8 @@ from tests.support.openai_server import Received, Reply
 REPO_ROOT = Path(__file__).resolve().parents[2]
 APPS = REPO_ROOT / "tests" / "apps"
 OLD_TRACELOOP_PYTHON = REPO_ROOT / ".cache" / "venvs" / "traceloop-old" / "bin" / "python"
+# Written by scripts/setup-test-apps.sh into each venv: the hash of the requirements it holds.
+VENV_MARKER = ".ragmon-requirements"
 MODEL = "gpt-4o-mini"
 TITLE_ANSWER = "Product questions"
 
@@ -37,6 +40,22 @@ CORPUS = {
     "Refunds reach the original payment method within five working days.",
     "returns-label": "A prepaid return label is printed from the order page.",
 }
+
+
+def app_venv_problem(python: Path) -> str | None:
+    """Why the test-app venv of `python` (.cache/venvs/<name>/bin/python) cannot be used: it
+    is missing, or was built from another version of tests/apps/requirements-<name>.txt."""
+    venv = python.parent.parent
+    hint = "; run scripts/setup-test-apps.sh"
+    if not python.exists():
+        return f"no {python}{hint}"
+    requirements = APPS / f"requirements-{venv.name}.txt"
+    wanted = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    marker = venv / VENV_MARKER
+    built = marker.read_text().strip() if marker.exists() else None
+    if built != wanted:
+        return f"{venv} was not built from the current {requirements.name}{hint}"
+    return None
 
 
 @dataclass(frozen=True)

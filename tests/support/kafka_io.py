@@ -10,13 +10,29 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
 
-async def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> None:
+async def create_topics(
+    bootstrap: str, names: list[str], partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names]
+            [
+                NewTopic(
+                    name, num_partitions=partitions, replication_factor=1, topic_configs=configs
+                )
+                for name in names
+            ]
         )
+    finally:
+        await admin.close()
+
+
+async def delete_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics(names)
     finally:
         await admin.close()
 
@@ -30,19 +46,25 @@ async def produce(
     headers: list[tuple[str, bytes]] | None = None,
     compression: str | None = None,
     partition: int | None = None,
+    partitions: list[int] | None = None,
 ) -> None:
+    """`partition` for every message, or `partitions` one per message (else by key)."""
+    largest = max((len(v) for v in values), default=0)
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, compression_type=compression, linger_ms=5, acks="all"
+        bootstrap_servers=bootstrap,
+        compression_type=compression,
+        linger_ms=5,
+        acks="all",
+        max_request_size=max(1_048_576, largest + 65_536),
     )
     await producer.start()
     try:
         futures = []
         for i, value in enumerate(values):
             key = keys[i] if keys is not None else None
+            chosen = partitions[i] if partitions is not None else partition
             futures.append(
-                await producer.send(
-                    topic, value=value, key=key, headers=headers, partition=partition
-                )
+                await producer.send(topic, value=value, key=key, headers=headers, partition=chosen)
             )
         for future in futures:
             await future

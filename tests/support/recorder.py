@@ -1,10 +1,13 @@
-"""A processing stage for tests that drive the daemon with a stage of their own."""
+"""A processing stage and a dead-letter sink for tests that drive the daemon's parts with
+their own neighbours."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
+from monitor.messages import RawMessage
 from monitor.models import Trace
 
 
@@ -18,3 +21,20 @@ class SlowRecorder:
     async def process(self, trace: Trace) -> None:
         await asyncio.sleep(random.uniform(*self._delay))
         self.finished.append(trace.trace_id)
+
+
+class LetterRecorder:
+    """A dead-letter sink that keeps what it is sent (offset, reason, detail, value)."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def send(
+        self,
+        msg: RawMessage,
+        reason: str,
+        error_class: str,
+        detail: str,
+        value: bytes | None = None,
+    ) -> None:
+        self.sent.append({"offset": msg.offset, "reason": reason, "detail": detail, "value": value})

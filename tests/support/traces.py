@@ -204,3 +204,28 @@ async def start_judging_daemon(
     running = RunningDaemon(Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry()))
     await running.started()
     return running
+
+
+async def replay_with_judge(
+    lines: Sequence[dict[str, Any]], folder: Path, rate: float
+) -> tuple[Daemon, list[Any]]:
+    """Replay native traces through the daemon (file source, SQLite store `folder/r.db`) with
+    the scripted judge at sampling `rate`; the finished daemon and the judge's requests."""
+    from tests.support.openai_server import OpenAIServer
+
+    source = folder / "traces.jsonl"
+    source.write_text(
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8"
+    )
+    async with OpenAIServer() as server:
+        settings = Settings.model_validate(
+            {
+                "http": {"host": "127.0.0.1", "port": 0},
+                "store": {"url": f"sqlite+aiosqlite:///{folder / 'r.db'}"},
+                "sampling": {"rate": rate},
+                "judge": {"base_url": server.url, "api_key": "k", "max_retries": 0},
+            }
+        )
+        daemon = Daemon(settings, SourceSpec("file", str(source)), registry=CollectorRegistry())
+        assert await daemon.run() == 0
+        return daemon, list(server.requests)

@@ -24,6 +24,91 @@ Prometheus's own {{ $labels }} / {{ $value }} templates are escaped as {{`{{ ...
       expr: |-
         sum by (agent, metric, evaluator) (increase(ragmon_evaluation_score_ratio_count[{{ $window }}]))
 {{- end }}
+{{- /*
+Population estimates of the judge's scores (docs/metrics.md, "Population estimates"): from the
+running sums ragmon_estimate_terms_total, per agent, metric, evaluator and quantity (the mean
+score, or the share below the metric's threshold), the uniform draw's estimate (weighted by
+inverse inclusion probability) and the prediction-powered one (tier 0's calibrated prediction
+over every trace plus the judge's correction on the uniform draw), each with its cluster-robust
+standard error (conversations are the unit of the draw) and 95% bounds. The same arithmetic as
+monitor/estimates/estimator.py; rules/tests/estimates.yaml holds the two to each other.
+*/}}
+{{- range $window := list "1h" "6h" }}
+{{- $t := printf "agent:ragmon_estimate_terms:increase%s" $window }}
+{{- $by := "sum by (agent, metric, evaluator, quantity)" }}
+    - record: {{ $t }}
+      expr: |-
+        sum by (agent, metric, evaluator, quantity, term) (increase(ragmon_estimate_terms_total[{{ $window }}]))
+    - record: agent:ragmon_estimate_judged:increase{{ $window }}
+      expr: |-
+        {{ $by }} ({{ $t }}{term="judged"})
+    - record: agent:ragmon_estimate_uniform:mean{{ $window }}
+      expr: |-
+        {{ $by }} ({{ $t }}{term="y"})
+        /
+        ({{ $by }} ({{ $t }}{term="m"}) > 0)
+    - record: agent:ragmon_estimate_uniform:stderr{{ $window }}
+      expr: |-
+        sqrt(
+          clamp_min(
+            {{ $by }} ({{ $t }}{term="clusters"})
+            / ({{ $by }} ({{ $t }}{term="clusters"}) - 1 > 0)
+            * (
+              {{ $by }} ({{ $t }}{term="yy"})
+              - 2 * agent:ragmon_estimate_uniform:mean{{ $window }} * {{ $by }} ({{ $t }}{term="ym"})
+              + agent:ragmon_estimate_uniform:mean{{ $window }} ^ 2 * {{ $by }} ({{ $t }}{term="mm"})
+            ),
+            0
+          )
+        )
+        /
+        {{ $by }} ({{ $t }}{term="m"})
+    - record: agent:ragmon_estimate_ppi:correction{{ $window }}
+      expr: |-
+        (
+          {{ $by }} ({{ $t }}{term="y"})
+          -
+          {{ $by }} ({{ $t }}{term="f"})
+        )
+        /
+        ({{ $by }} ({{ $t }}{term="m"}) > 0)
+    - record: agent:ragmon_estimate_ppi:mean{{ $window }}
+      expr: |-
+        {{ $by }} ({{ $t }}{term="predicted"})
+        /
+        ({{ $by }} ({{ $t }}{term="traces"}) > 0)
+        +
+        agent:ragmon_estimate_ppi:correction{{ $window }}
+    - record: agent:ragmon_estimate_ppi:stderr{{ $window }}
+      expr: |-
+        sqrt(
+          clamp_min(
+            {{ $by }} ({{ $t }}{term="clusters"})
+            / ({{ $by }} ({{ $t }}{term="clusters"}) - 1 > 0)
+            * (
+              (
+                {{ $by }} ({{ $t }}{term="yy"})
+                - 2 * {{ $by }} ({{ $t }}{term="yf"})
+                + {{ $by }} ({{ $t }}{term="ff"})
+              )
+              - 2 * agent:ragmon_estimate_ppi:correction{{ $window }}
+                * ({{ $by }} ({{ $t }}{term="ym"}) - {{ $by }} ({{ $t }}{term="fm"}))
+              + agent:ragmon_estimate_ppi:correction{{ $window }} ^ 2 * {{ $by }} ({{ $t }}{term="mm"})
+            ),
+            0
+          )
+        )
+        /
+        {{ $by }} ({{ $t }}{term="m"})
+{{- range $method := list "uniform" "ppi" }}
+    - record: agent:ragmon_estimate_{{ $method }}:lower{{ $window }}
+      expr: |-
+        clamp_min(agent:ragmon_estimate_{{ $method }}:mean{{ $window }} - 1.96 * agent:ragmon_estimate_{{ $method }}:stderr{{ $window }}, 0)
+    - record: agent:ragmon_estimate_{{ $method }}:upper{{ $window }}
+      expr: |-
+        clamp_max(agent:ragmon_estimate_{{ $method }}:mean{{ $window }} + 1.96 * agent:ragmon_estimate_{{ $method }}:stderr{{ $window }}, 1)
+{{- end }}
+{{- end }}
     - record: agent:ragmon_evaluation_unmeasured:ratio1h
       expr: |-
         sum by (agent, metric, evaluator) (rate(ragmon_evaluation_unmeasured_total[1h]))
@@ -142,6 +227,14 @@ severity: {{ .severity }}
 {{- end }}
 {{- end }}
 
+{{- /*
+An alert description's interval bound: the recorded bound of the same agent, metric, evaluator
+and quantity as the alert, looked up when the alert fires (Prometheus's `query` template).
+*/}}
+{{- define "rag-monitor.rules.bound" -}}
+{{`{{ with printf "agent:ragmon_estimate_ppi:`}}{{ .bound }}{{ .window }}{{`{agent=%q, metric=%q, evaluator=%q, quantity=%q}" $labels.agent $labels.metric $labels.evaluator $labels.quantity | query }}{{ . | first | value | printf "%.3f" }}{{ end }}`}}
+{{- end }}
+
 {{- define "rag-monitor.rules.alerts" -}}
 {{- $a := .Values.alerts }}
 {{- $base := trimSuffix "/" $a.runbookBaseUrl }}
@@ -156,25 +249,53 @@ severity: {{ .severity }}
 {{- range $q := $quality }}
 {{- $c := index $a (index $q 0) }}
 {{- if $c.enabled }}
-{{- $sel := printf "metric=%q, evaluator=~%q" $c.metric $a.quality.evaluators }}
+{{- $sel := printf "metric=%q, quantity=\"mean\", evaluator=~%q" $c.metric $a.quality.evaluators }}
     - alert: {{ index $q 1 }}
       expr: |-
+        agent:ragmon_estimate_ppi:mean1h{ {{- $sel -}} }
+        and
         (
-          agent:ragmon_evaluation_score_ratio:mean1h{ {{- $sel -}} } < {{ $c.threshold }}
+          agent:ragmon_estimate_ppi:upper1h{ {{- $sel -}} } < {{ $c.threshold }}
           and
-          agent:ragmon_evaluation_score_ratio:mean6h{ {{- $sel -}} } < {{ $c.threshold }}
+          agent:ragmon_estimate_ppi:upper6h{ {{- $sel -}} } < {{ $c.threshold }}
         )
         and
-        agent:ragmon_evaluation_score_ratio_count:increase1h{ {{- $sel -}} } >= {{ $a.quality.minSamples }}
+        agent:ragmon_estimate_judged:increase1h{ {{- $sel -}} } >= {{ $a.quality.minSamples }}
       for: {{ $a.quality.for }}
       labels:
         {{- include "rag-monitor.rules.labels" (dict "severity" $c.severity "extra" $extra) | nindent 8 }}
       annotations:
         summary: '{{ index $q 2 }} of agent {{`{{ $labels.agent }}`}} below {{ $c.threshold }} ({{`{{ $labels.evaluator }}`}} evaluator)'
-        description: 'Mean {{ $c.metric }} of agent {{`{{ $labels.agent }}`}} from the {{`{{ $labels.evaluator }}`}} evaluator is {{`{{ $value | printf "%.3f" }}`}} over the last hour and below {{ $c.threshold }} over 6 hours too, from at least {{ $a.quality.minSamples }} scores in the hour.'
+        description: 'The estimated mean {{ $c.metric }} of all traffic of agent {{`{{ $labels.agent }}`}}, as the {{`{{ $labels.evaluator }}`}} judge would score it (tier 0 on every trace corrected by the judge on the uniform draw), is {{`{{ $value | printf "%.3f" }}`}} over the last hour, 95% interval {{ include "rag-monitor.rules.bound" (dict "bound" "lower" "window" "1h") }} to {{ include "rag-monitor.rules.bound" (dict "bound" "upper" "window" "1h") }}: the whole interval is below {{ $c.threshold }} over the last hour and over 6 hours (upper bound {{ include "rag-monitor.rules.bound" (dict "bound" "upper" "window" "6h") }}), from at least {{ $a.quality.minSamples }} judged traces of the uniform draw in the hour.'
         runbook_url: {{ printf "%s/%s.md" $base (index $q 1) }}
         {{- with $review }}
         review_url: '{{ . }}/review?agent={{`{{ $labels.agent }}`}}&metric={{ $c.metric }}&since=6h'
+        {{- end }}
+{{- end }}
+{{- end }}
+{{- with $a.unfaithfulShare }}
+{{- if .enabled }}
+{{- $sel := printf "metric=\"faithfulness\", quantity=\"below\", evaluator=~%q" $a.quality.evaluators }}
+    - alert: RagmonUnfaithfulShareHigh
+      expr: |-
+        agent:ragmon_estimate_ppi:mean1h{ {{- $sel -}} }
+        and
+        (
+          agent:ragmon_estimate_ppi:lower1h{ {{- $sel -}} } > {{ .maxShare }}
+          and
+          agent:ragmon_estimate_ppi:lower6h{ {{- $sel -}} } > {{ .maxShare }}
+        )
+        and
+        agent:ragmon_estimate_judged:increase1h{ {{- $sel -}} } >= {{ $a.quality.minSamples }}
+      for: {{ $a.quality.for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'More than {{ .maxShare }} of the answers of agent {{`{{ $labels.agent }}`}} unfaithful ({{`{{ $labels.evaluator }}`}} evaluator)'
+        description: 'The estimated share of all answers of agent {{`{{ $labels.agent }}`}} that the {{`{{ $labels.evaluator }}`}} judge would find below the faithfulness threshold (estimates.thresholds) is {{`{{ $value | printf "%.3f" }}`}} over the last hour, 95% interval {{ include "rag-monitor.rules.bound" (dict "bound" "lower" "window" "1h") }} to {{ include "rag-monitor.rules.bound" (dict "bound" "upper" "window" "1h") }}: the whole interval is above {{ .maxShare }} over the last hour and over 6 hours (lower bound {{ include "rag-monitor.rules.bound" (dict "bound" "lower" "window" "6h") }}), from at least {{ $a.quality.minSamples }} judged traces of the uniform draw in the hour.'
+        runbook_url: {{ printf "%s/RagmonUnfaithfulShareHigh.md" $base }}
+        {{- with $review }}
+        review_url: '{{ . }}/review?agent={{`{{ $labels.agent }}`}}&metric=faithfulness&since=6h'
         {{- end }}
 {{- end }}
 {{- end }}
@@ -213,15 +334,19 @@ severity: {{ .severity }}
 {{- $name := index $v 1 }}
 {{- $series := index $v 2 }}
 {{- $what := index $v 3 }}
+{{- $only := "" }}
+{{- with $c.evaluators }}
+{{- $only = printf "{evaluator=~%q}" . }}
+{{- end }}
     - alert: {{ $name }}High
       expr: |-
         (
-          {{ $series }}:mean1h > {{ $c.threshold }}
+          {{ $series }}:mean1h{{ $only }} > {{ $c.threshold }}
           and
-          {{ $series }}:mean6h > {{ $c.threshold }}
+          {{ $series }}:mean6h{{ $only }} > {{ $c.threshold }}
         )
         and
-        {{ $series }}_count:increase1h >= {{ $c.minTurns }}
+        {{ $series }}_count:increase1h{{ $only }} >= {{ $c.minTurns }}
       for: {{ $c.for }}
       labels:
         {{- include "rag-monitor.rules.labels" (dict "severity" $c.severity "extra" $extra) | nindent 8 }}
@@ -235,14 +360,14 @@ severity: {{ .severity }}
     - alert: {{ $name }}Rising
       expr: |-
         (
-          {{ $series }}:mean6h > {{ $series }}:mean1d_6h_ago + {{ $c.riseBy }}
+          {{ $series }}:mean6h{{ $only }} > {{ $series }}:mean1d_6h_ago{{ $only }} + {{ $c.riseBy }}
           and
-          {{ $series }}:mean1h > {{ $series }}:mean1d_6h_ago + {{ $c.riseBy }}
+          {{ $series }}:mean1h{{ $only }} > {{ $series }}:mean1d_6h_ago{{ $only }} + {{ $c.riseBy }}
         )
         and
-        {{ $series }}_count:increase6h >= {{ $c.minTurns }}
+        {{ $series }}_count:increase6h{{ $only }} >= {{ $c.minTurns }}
         and
-        {{ $series }}_count:increase1d_6h_ago >= {{ $c.minTurns }}
+        {{ $series }}_count:increase1d_6h_ago{{ $only }} >= {{ $c.minTurns }}
       for: {{ $c.for }}
       labels:
         {{- include "rag-monitor.rules.labels" (dict "severity" $c.severity "extra" $extra) | nindent 8 }}
@@ -432,6 +557,20 @@ severity: {{ .severity }}
         summary: 'The OTLP assembler is shedding traces ({{`{{ $labels.reason }}`}})'
         description: 'Over 30 minutes the OTLP stage shed traces at its memory bound (kafka.otlp_max_pending_traces or _bytes) with reason {{`{{ $labels.reason }}`}} at {{`{{ $value | humanizePercentage }}`}} of the rate it released traces (threshold {{ .shedRatio }}, at least {{ .minShed }} shed), and it kept shedding for {{ .for }}. pending_limit: traces released before they were whole, scored with the incomplete_trace flag; grace_limit: traces forgotten before their late spans could arrive.'
         runbook_url: {{ printf "%s/RagmonOtlpAssemblyShedding.md" $base }}
+{{- end }}
+{{- end }}
+{{- with $a.stageStuck }}
+{{- if .enabled }}
+    - alert: RagmonStageStuck
+      expr: |-
+        ragmon_stuck_partitions > 0
+      for: {{ .for }}
+      labels:
+        {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
+      annotations:
+        summary: 'The {{`{{ $labels.stage }}`}} stage of {{`{{ $labels.instance }}`}} is stuck with work'
+        description: 'On {{`{{ $value | printf "%.0f" }}`}} partitions of the {{`{{ $labels.stage }}`}} stage the oldest unfinished message has not finished for kafka.stuck_seconds (5 minutes by default) and {{ .for }} more: no offset after it is committed (a restart reads all of it again), and while a write keeps failing nothing more is scored there. The replica''s /readyz names the partitions and the write that keeps failing, if one does.'
+        runbook_url: {{ printf "%s/RagmonStageStuck.md" $base }}
 {{- end }}
 {{- end }}
 {{- with $a.daemonDown }}

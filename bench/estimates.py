@@ -1,0 +1,508 @@
+"""Do the population estimates of the judge's scores hold? Replays of labelled data, held out.
+
+    python bench/estimates.py [--reps 200] [--traces 20000] [--judge-error 0.05]
+                              [--rates 0.02,0.1,0.3] [--folds 5] [--seed 0] [--json OUT]
+
+Streams of traces are built from the labelled RAG answers of ``data/hallucination/`` that have
+a question (see data/README.md), at a chosen true unfaithful rate, as conversations of several
+turns: each conversation has one answer language and its own propensity to invent (a Beta
+draw around the rate, intra-conversation correlation 0.2), so its turns are correlated, as
+real ones are. The judge is simulated: the human label, flipped with probability
+``--judge-error`` per trace; its faithfulness is 0 or 1 and the estimand is the share of the
+stream's traces it would find unfaithful (below the faithfulness threshold) if it judged them
+all. Tier 0 is the real one, computed once per item (the expensive part) and reused. The real
+``Sampler`` with the default ``SamplingConfig`` (5% uniform draw, priorities on and capped)
+picks the traces the judge sees. Per stream and method: the estimate and its 95% interval.
+
+Methods (rows):
+
+- ``raw judged``: the share among every judged trace (what the judge's gauges showed before),
+  with a binomial interval;
+- ``uniform, turns iid``: the uniform draw weighted by inverse inclusion probability, with a
+  variance that treats turns as independent;
+- ``uniform-only``: the same estimate with the cluster-robust variance (conversations are the
+  unit of the draw) -- what the recording rules compute;
+- ``PPI, turns iid`` and ``prediction-powered``: tier 0's calibrated prediction over every
+  trace plus the judge's correction on the uniform draw, without and with clustering.
+
+Held out: items are dealt into folds by source as ``bench/detect.py`` does (grouped by
+document or question, positives spread evenly). Repetition r uses fold r mod k: tier 0's
+grounding model is refitted on the other folds (and the supports the calibration learns on come
+from models that did not see those items either), and the tier-0 calibration
+(monitor.estimates.calibration, default window and minimum) is fitted online on the uniform
+draw of a stream built from the other folds, long enough to fill its window (as in a daemon
+that has run a while), then frozen; the reported stream is built from the held-out fold alone.
+Nothing is tuned on the items the figures are reported on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.cv import grouped_folds  # noqa: E402
+from bench.detect import DEFAULT_DATA, Item, load_items  # noqa: E402
+from bench.train_tier0 import Example, fit_model, model_of  # noqa: E402
+from monitor.config.scoring import EstimatesConfig, SamplingConfig  # noqa: E402
+from monitor.estimates.calibration import Calibrations, answer_language  # noqa: E402
+from monitor.estimates.estimator import (  # noqa: E402
+    Z95,
+    Estimate,
+    Observation,
+    prediction_powered,
+    terms_of,
+    uniform,
+)
+from monitor.estimates.recorder import EstimateRecorder  # noqa: E402
+from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
+from monitor.evaluators.sampler import Sampler, unit_hash  # noqa: E402
+from monitor.metrics_catalog import ESTIMATE_TERMS, create  # noqa: E402
+from monitor.models import EvaluationResult, PriorityReason, Score  # noqa: E402
+from monitor.sinks.metrics import AgentLabels  # noqa: E402
+
+METRIC = "faithfulness"
+ICC = 0.2  # intra-conversation correlation of the propensity to invent
+MEAN_EXTRA_TURNS = 2.5  # turns per conversation: 1 + Poisson(2.5)
+METHODS = (
+    "raw judged",
+    "uniform, turns iid",
+    "uniform-only",
+    "PPI, turns iid",
+    "prediction-powered",
+)
+
+
+@dataclass
+class Case:
+    """One labelled item as a trace, with tier 0 computed once."""
+
+    item: Item
+    language: str  # the calibration's key (answer language)
+    tier0: EvaluationResult
+    support: dict[int, float] = field(default_factory=dict)  # fold -> support, model refitted
+    priority: dict[int, PriorityReason | None] = field(default_factory=dict)  # fold -> rule
+
+
+@dataclass
+class Stream:
+    """One replayed stream: per trace its case, conversation and the judge's verdict."""
+
+    cases: list[int]
+    conversations: list[str]
+    unfaithful: np.ndarray  # the simulated judge: 1 = below the faithfulness threshold
+    human: np.ndarray  # the human label
+
+
+@dataclass
+class Outcome:
+    truth: float
+    human: float
+    judged: int
+    priority_share: float
+    estimates: dict[str, tuple[float, float, float] | None]  # method -> (value, low, high)
+
+
+def score_cases(items: list[Item]) -> tuple[list[Case], list[float]]:
+    """Tier 0 on every item once; and its CPU milliseconds per trace."""
+    evaluator = HeuristicEvaluator()
+    cases = []
+    cpu = []
+    for it in items:
+        started = time.process_time()
+        result = evaluator.evaluate(it.trace)
+        cpu.append((time.process_time() - started) * 1000.0)
+        found = evaluator.grounding_features(it.trace)
+        if found is not None:
+            it.language, it.features = found
+        it.scores = {k: s.value for k, s in result.scores.items()}
+        cases.append(Case(it, answer_language(it.trace.answer), result))
+    return cases, cpu
+
+
+def recording_cost(cases: list[Case], rounds: int = 20) -> float:
+    """CPU microseconds the daemon adds per trace for the estimates (the predictions of every
+    estimated metric, counted into the traffic sums), with calibrations holding labels."""
+    from prometheus_client import CollectorRegistry
+
+    config = EstimatesConfig()
+    calibrations = Calibrations(
+        config.thresholds, config.calibration_window, config.calibration_min_labels
+    )
+    recorder = EstimateRecorder(
+        evaluator="llm",
+        config=config,
+        terms=create(ESTIMATE_TERMS, CollectorRegistry()),
+        agent_label=AgentLabels(10),
+        calibrations=calibrations,
+    )
+    for c in cases:  # labelled calibrations, as in a running daemon
+        for metric in config.thresholds:
+            calibrations.get(metric, c.language).add(0.5, 1.0 - c.item.hallucinated)
+    started = time.process_time()
+    for _ in range(rounds):
+        for c in cases:
+            recorder.count_traffic("default", recorder.predict(c.item.trace, c.tier0))
+    return (time.process_time() - started) * 1e6 / (rounds * len(cases))
+
+
+def assign_folds(cases: list[Case], k: int, seed: int) -> np.ndarray:
+    """Folds by source over every item tier 0 measures (as bench/detect.py), -1 for the rest."""
+    measured = [i for i, c in enumerate(cases) if c.item.features]
+    folds = np.full(len(cases), -1, dtype=int)
+    its = [cases[i].item for i in measured]
+    folds[measured] = grouped_folds(
+        [it.group for it in its],
+        [it.source for it in its],
+        [it.hallucinated for it in its],
+        k,
+        seed,
+    )
+    return folds
+
+
+def refit_tier0(cases: list[Case], folds: np.ndarray, k: int, sampler: Sampler) -> None:
+    """Per held-out fold f: every item's tier-0 support from a grounding model that never saw
+    it, and the priority rule the sampler finds with that support. The items of fold f are
+    scored by the model fitted on the other folds; an item of another fold g (the calibration's
+    training stream) by the model fitted on the folds other than f and g, so that the
+    calibration learns on supports as out-of-sample as those it is applied to -- as in
+    production, where the shipped model never saw the traffic."""
+    models: dict[frozenset[int], Any] = {}
+
+    def model_without(held: frozenset[int]) -> Any:
+        if held not in models:
+            train = [
+                Example(c.item.language, c.item.features, c.item.hallucinated, c.item.group)
+                for c, f in zip(cases, folds, strict=True)
+                if f >= 0 and f not in held
+            ]
+            models[held] = model_of(fit_model(train))
+        return models[held]
+
+    for fold in range(k):
+        for c, g in zip(cases, folds, strict=True):
+            if not c.item.features:
+                continue
+            model = model_without(frozenset({fold, int(g)}))
+            support = model.support(c.item.language, c.item.features)
+            c.support[fold] = support
+            scores = {**c.tier0.scores, "support": Score.of(support)}
+            refitted = c.tier0.model_copy(update={"scores": scores})
+            c.priority[fold] = sampler.priority_reason(c.item.trace, refitted)
+
+
+def build_stream(
+    pools: dict[tuple[str, bool], list[int]],
+    languages: Sequence[str],
+    weights: Sequence[float],
+    rate: float,
+    traces: int,
+    rng: np.random.Generator,
+    tag: str,
+) -> Stream:
+    kappa = 1.0 / ICC - 1.0
+    cases: list[int] = []
+    conversations: list[str] = []
+    starts: list[float] = []
+    n = 0
+    while len(cases) < traces:
+        language = languages[rng.choice(len(languages), p=weights)]
+        propensity = rng.beta(rate * kappa, (1.0 - rate) * kappa)
+        conversation = f"{tag}-c{n}"
+        start = rng.random()
+        for turn in range(1 + rng.poisson(MEAN_EXTRA_TURNS)):
+            bad = bool(rng.random() < propensity)
+            pool = pools.get((language, bad)) or next(
+                p for (_, b), p in sorted(pools.items()) if b == bad and p
+            )
+            cases.append(pool[rng.integers(len(pool))])
+            conversations.append(conversation)
+            starts.append(start + turn * 1e-4)
+        n += 1
+    order = np.argsort(np.asarray(starts), kind="stable")[:traces]
+    return Stream(
+        cases=[cases[i] for i in order],
+        conversations=[conversations[i] for i in order],
+        unfaithful=np.zeros(0),
+        human=np.zeros(0),
+    )
+
+
+def label(
+    stream: Stream, all_cases: list[Case], judge_error: float, rng: np.random.Generator
+) -> None:
+    human = np.asarray([all_cases[i].item.hallucinated for i in stream.cases], dtype=float)
+    flip = rng.random(human.size) < judge_error
+    stream.human = human
+    stream.unfaithful = np.where(flip, 1.0 - human, human)
+
+
+def pools_of(cases: list[Case], members: Sequence[int]) -> dict[tuple[str, bool], list[int]]:
+    pools: dict[tuple[str, bool], list[int]] = {}
+    for i in members:
+        pools.setdefault((cases[i].item.language, cases[i].item.hallucinated), []).append(i)
+    return pools
+
+
+def language_weights(cases: list[Case], members: Sequence[int]) -> tuple[list[str], list[float]]:
+    counts: dict[str, int] = {}
+    for i in members:
+        counts[cases[i].item.language] = counts.get(cases[i].item.language, 0) + 1
+    languages = sorted(counts)
+    total = sum(counts.values())
+    return languages, [counts[lang] / total for lang in languages]
+
+
+def select(stream: Stream, cases: list[Case], fold: int) -> list[tuple[bool, bool, float]]:
+    """(uniform, judged, inclusion probability) of every trace, from the real sampler."""
+    sampler = Sampler(SamplingConfig())
+    draws: dict[str, float] = {}
+    out = []
+    for case, conversation in zip(stream.cases, stream.conversations, strict=True):
+        draw = draws.get(conversation)
+        if draw is None:
+            draw = draws[conversation] = unit_hash(conversation)
+        chosen = sampler.choose("default", draw, cases[case].priority[fold]).selection
+        out.append((chosen.uniform, chosen.judged, chosen.inclusion_probability))
+    return out
+
+
+def calibrate(stream: Stream, cases: list[Case], fold: int) -> Calibrations:
+    """Online on the uniform draw of a training stream, in order, as the daemon does."""
+    config = EstimatesConfig()
+    calibrations = Calibrations(
+        config.thresholds, config.calibration_window, config.calibration_min_labels
+    )
+    for (drawn, _, _), case, bad in zip(
+        select(stream, cases, fold), stream.cases, stream.unfaithful, strict=True
+    ):
+        if drawn:
+            c = cases[case]
+            calibrations.get(METRIC, c.language).add(c.support[fold], 1.0 - bad)
+    return calibrations
+
+
+def estimate_stream(
+    stream: Stream, cases: list[Case], fold: int, calibrations: Calibrations
+) -> Outcome:
+    chosen = select(stream, cases, fold)
+    # the share below threshold: the prediction of "unfaithful" is the calibration's `below`
+    below: dict[int, float] = {}
+    for case in set(stream.cases):
+        c = cases[case]
+        below[case] = calibrations.get(METRIC, c.language).predict(c.support[fold]).below
+    predictions = [below[case] for case in stream.cases]
+    judged = [bad for (_, j, _), bad in zip(chosen, stream.unfaithful, strict=True) if j]
+    sample = [
+        (conversation, 1.0 / p, float(bad), below[case], i)
+        for i, ((drawn, _, p), bad, case, conversation) in enumerate(
+            zip(chosen, stream.unfaithful, stream.cases, stream.conversations, strict=True)
+        )
+        if drawn
+    ]
+    by_conversation = [Observation(c, w, y, f) for c, w, y, f, _ in sample]
+    by_trace = [Observation(str(i), w, y, f) for _, w, y, f, i in sample]
+    estimates: dict[str, tuple[float, float, float] | None] = {
+        "raw judged": _binomial(judged),
+        "uniform, turns iid": _bounds(uniform(terms_of(by_trace, []))),
+        "uniform-only": _bounds(uniform(terms_of(by_conversation, []))),
+        "PPI, turns iid": _bounds(prediction_powered(terms_of(by_trace, predictions))),
+        "prediction-powered": _bounds(prediction_powered(terms_of(by_conversation, predictions))),
+    }
+    uniform_judged = sum(1 for drawn, _, _ in chosen if drawn)
+    return Outcome(
+        truth=float(stream.unfaithful.mean()),
+        human=float(stream.human.mean()),
+        judged=len(judged),
+        priority_share=1.0 - uniform_judged / len(judged) if judged else float("nan"),
+        estimates=estimates,
+    )
+
+
+def _binomial(values: Sequence[float]) -> tuple[float, float, float] | None:
+    if not values:
+        return None
+    share = sum(values) / len(values)
+    half = Z95 * math.sqrt(share * (1.0 - share) / len(values))
+    return share, max(0.0, share - half), min(1.0, share + half)
+
+
+def _bounds(estimate: Estimate | None) -> tuple[float, float, float] | None:
+    if estimate is None:
+        return None
+    low, high = estimate.interval()
+    return estimate.value, low, high
+
+
+@dataclass
+class Summary:
+    rate: float
+    reps: int
+    truth: float
+    human: float
+    judged: float
+    priority_share: float
+    bias: dict[str, float]
+    coverage: dict[str, float]
+    width: dict[str, float]
+    missing: dict[str, int]
+
+
+def summarise(rate: float, outcomes: list[Outcome]) -> Summary:
+    bias, coverage, width, missing = {}, {}, {}, {}
+    for method in METHODS:
+        rows = [(o.truth, o.estimates[method]) for o in outcomes]
+        present = [(t, e) for t, e in rows if e is not None]
+        missing[method] = len(rows) - len(present)
+        bias[method] = float(np.mean([e[0] - t for t, e in present]))
+        coverage[method] = float(np.mean([e[1] <= t <= e[2] for t, e in present]))
+        width[method] = float(np.mean([e[2] - e[1] for _, e in present]))
+    return Summary(
+        rate=rate,
+        reps=len(outcomes),
+        truth=float(np.mean([o.truth for o in outcomes])),
+        human=float(np.mean([o.human for o in outcomes])),
+        judged=float(np.mean([o.judged for o in outcomes])),
+        priority_share=float(np.mean([o.priority_share for o in outcomes])),
+        bias=bias,
+        coverage=coverage,
+        width=width,
+        missing=missing,
+    )
+
+
+def run(
+    rates: Sequence[float],
+    reps: int,
+    traces: int,
+    judge_error: float,
+    k: int,
+    seed: int,
+    data: Path,
+) -> tuple[list[Summary], dict[str, Any]]:
+    started = time.perf_counter()
+    items = [it for it in load_items(data)]
+    cases, tier0_cpu = score_cases(items)
+    folds = assign_folds(cases, k, seed)
+    refit_tier0(cases, folds, k, Sampler(SamplingConfig()))
+    # the stream: items with a question that tier 0 scores (the estimates' population)
+    usable = [i for i, c in enumerate(cases) if c.item.trace.query and c.item.features]
+    info = {
+        "items": len(usable),
+        "unfaithful_items": sum(cases[i].item.hallucinated for i in usable),
+        "tier0_seconds": time.perf_counter() - started,
+        "tier0_cpu_ms_p50": float(np.median(tier0_cpu)),
+        "recording_cpu_us": recording_cost([cases[i] for i in usable]),
+    }
+    # The calibration as in a daemon that has run a while: its window of uniform labels full.
+    warm_up = math.ceil(EstimatesConfig().calibration_window / SamplingConfig().rate)
+    info["warm_up_traces"] = warm_up
+    summaries = []
+    for rate in rates:
+        rng = np.random.default_rng([seed, int(rate * 1e6)])
+        outcomes = []
+        for rep in range(reps):
+            fold = rep % k
+            test = [i for i in usable if folds[i] == fold]
+            train = [i for i in usable if folds[i] != fold]
+            train_stream = build_stream(
+                pools_of(cases, train),
+                *language_weights(cases, train),
+                rate,
+                warm_up,
+                rng,
+                f"train-{rate}-{rep}",
+            )
+            label(train_stream, cases, judge_error, rng)
+            calibrations = calibrate(train_stream, cases, fold)
+            stream = build_stream(
+                pools_of(cases, test),
+                *language_weights(cases, test),
+                rate,
+                traces,
+                rng,
+                f"test-{rate}-{rep}",
+            )
+            label(stream, cases, judge_error, rng)
+            outcomes.append(estimate_stream(stream, cases, fold, calibrations))
+        summaries.append(summarise(rate, outcomes))
+    info["seconds"] = time.perf_counter() - started
+    return summaries, info
+
+
+def print_report(
+    summaries: list[Summary], info: dict[str, Any], traces: int, judge_error: float, k: int
+) -> None:
+    print(
+        f"Share of unfaithful answers (judge-grade) estimated from streams of {traces} traces "
+        f"built from {info['items']} labelled items ({info['unfaithful_items']} unfaithful), "
+        f"default sampling (5% uniform draw of conversations, priorities on and capped); "
+        f"simulated judge = human label flipped with probability {judge_error}; held out by "
+        f"source over {k} folds."
+    )
+    print("bias = mean(estimate - truth); coverage of the 95% interval; width = mean interval")
+    header = f"{'method':<20} {'bias':>8} {'coverage':>9} {'width':>7}"
+    for s in summaries:
+        print()
+        print(
+            f"true unfaithful rate {s.rate:.0%}: judge-grade truth {s.truth:.4f} (human "
+            f"{s.human:.4f}), {s.reps} streams, {s.judged:.0f} judged per stream of which "
+            f"{s.priority_share:.0%} priority"
+        )
+        print(header)
+        for method in METHODS:
+            note = f"  ({s.missing[method]} streams without estimate)" if s.missing[method] else ""
+            print(
+                f"{method:<20} {s.bias[method]:>+8.4f} {s.coverage[method]:>9.1%} "
+                f"{s.width[method]:>7.4f}{note}"
+            )
+        ratio = s.width["prediction-powered"] / s.width["uniform-only"]
+        print(f"prediction-powered width / uniform-only width: {ratio:.2f}")
+    print()
+    print(
+        f"the daemon's added work per trace for the estimates (predictions of the 4 metrics, "
+        f"traffic sums): {info['recording_cpu_us']:.0f} us of CPU; tier 0 itself: "
+        f"{info['tier0_cpu_ms_p50']:.2f} ms p50"
+    )
+    print(f"({info['seconds']:.0f} s; tier 0 on every item once: {info['tier0_seconds']:.1f} s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--reps", type=int, default=200, help="streams per rate")
+    parser.add_argument("--traces", type=int, default=20_000, help="traces per stream")
+    parser.add_argument("--judge-error", type=float, default=0.05)
+    parser.add_argument("--rates", default="0.02,0.05,0.1,0.3", help="true unfaithful rates")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    rates = [float(r) for r in args.rates.split(",")]
+    summaries, info = run(
+        rates, args.reps, args.traces, args.judge_error, args.folds, args.seed, args.data
+    )
+    print_report(summaries, info, args.traces, args.judge_error, args.folds)
+    if args.json:
+        args.json.write_text(
+            json.dumps({"info": info, "rates": [s.__dict__ for s in summaries]}, indent=2),
+            encoding="utf-8",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

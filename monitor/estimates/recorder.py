@@ -1,0 +1,183 @@
+"""Keeps the running sums of the population estimates as the daemon scores traces.
+
+For every trace of the traffic (with a judge configured), per judge metric whose tier-0
+predictor was measured: the calibrated prediction, made now and recorded on the trace's results,
+is counted (`traces`, `predicted`). For every judged trace of the uniform draw, per metric the
+judge measured: the conversation's running totals M_c, Y_c, F_c (monitor.estimates.estimator)
+grow by the trace's w, w y and w f, and the counters of their sums and of the sums of their
+products grow by what that adds (all values are non-negative, so the sums of squares only grow:
+they are counters). The judged trace then joins its calibration, for later traces' predictions.
+
+A conversation is consumed by one replica (the input is keyed by conversation), so its totals
+live here, bounded like the conversation tracker's state: idle ones are dropped after
+`idle_seconds`, the least recently used beyond `max_conversations`. A conversation whose totals
+were dropped counts as a new one when it comes back, which slightly understates the variance.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Protocol
+
+from monitor.config.scoring import EstimatesConfig
+from monitor.estimates.calibration import Calibrations, answer_language
+from monitor.estimates.estimator import Term
+from monitor.models import EvaluationResult, Prediction, Selection, Trace
+from monitor.sinks.metrics import AgentLabels
+
+# The tier-0 score that predicts each judge metric.
+PREDICTORS: Mapping[str, str] = {
+    "faithfulness": "support",  # continuous, ranks hallucination risk best (docs/scoring.md)
+    "answer_relevancy": "answer_relevancy",
+    "context_precision": "context_precision",
+    "context_relevancy": "context_utilization",
+}
+QUANTITIES = ("mean", "below")
+
+
+class _Increment(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class TermCounter(Protocol):
+    """`ragmon_estimate_terms_total` (ScoringMetrics.estimate_terms)."""
+
+    def labels(self, *values: str) -> _Increment: ...
+
+
+class EstimateRecorder:
+    def __init__(
+        self,
+        *,
+        evaluator: str,
+        config: EstimatesConfig,
+        terms: TermCounter,
+        agent_label: AgentLabels,
+        calibrations: Calibrations,
+        max_conversations: int = 100_000,
+        idle_seconds: float = 1800.0,
+    ) -> None:
+        self._evaluator = evaluator
+        self._thresholds = dict(config.thresholds)
+        self._terms = terms
+        self._agent_label = agent_label
+        self.calibrations = calibrations
+        self._max = max_conversations
+        self._idle = idle_seconds
+        # (conversation, agent label) -> (last seen, {(metric, quantity): [M, Y, F]})
+        self._totals: OrderedDict[tuple[str, str], tuple[float, dict[tuple[str, str], list[float]]]]
+        self._totals = OrderedDict()
+        self._children: dict[tuple[str, str, str, str], _Increment] = {}  # bounded: agent labels
+
+    def predict(self, trace: Trace, tier0: EvaluationResult) -> dict[str, Prediction]:
+        """The calibrated predictions of every estimated metric tier 0 can predict here."""
+        language = answer_language(trace.answer)
+        out: dict[str, Prediction] = {}
+        for metric in self._thresholds:
+            x = _predictor(tier0, metric)
+            if x is not None:
+                out[metric] = self.calibrations.get(metric, language).predict(x)
+        return out
+
+    def count_traffic(self, agent: str, predictions: Mapping[str, Prediction]) -> None:
+        label = self._agent_label(agent)
+        for metric, prediction in predictions.items():
+            for quantity in QUANTITIES:
+                self._inc(label, metric, quantity, "traces", 1.0)
+                self._inc(label, metric, quantity, "predicted", _of(prediction, quantity))
+
+    def count_judged(
+        self,
+        trace: Trace,
+        tier0: EvaluationResult,
+        selection: Selection,
+        judged: EvaluationResult,
+        now: float | None = None,
+    ) -> None:
+        """A judged trace: into the sample if the uniform draw chose it, then the calibration."""
+        if not selection.uniform or selection.inclusion_probability <= 0.0:
+            return
+        now = time.monotonic() if now is None else now
+        label = self._agent_label(trace.agent)
+        weight = 1.0 / selection.inclusion_probability
+        totals = self._conversation(trace, label, now)
+        language = answer_language(trace.answer)
+        for metric, prediction in selection.predictions.items():
+            if metric not in self._thresholds:
+                continue
+            score = judged.scores.get(metric)
+            x = _predictor(tier0, metric)
+            if score is None or score.value is None or x is None:
+                continue  # unmeasured by the judge: not in the sample (docs/metrics.md)
+            threshold = self._thresholds[metric]
+            for quantity in QUANTITIES:
+                y = score.value if quantity == "mean" else float(score.value < threshold)
+                self._add(label, metric, quantity, totals, weight, y, _of(prediction, quantity))
+            self.calibrations.get(metric, language).add(x, score.value, now)
+
+    def _add(
+        self,
+        agent: str,
+        metric: str,
+        quantity: str,
+        totals: dict[tuple[str, str], list[float]],
+        w: float,
+        y: float,
+        f: float,
+    ) -> None:
+        total = totals.setdefault((metric, quantity), [0.0, 0.0, 0.0])
+        m0, y0, f0 = total
+        dm, dy, df = w, w * y, w * f
+        steps: dict[Term, float] = {
+            "judged": 1.0,
+            "clusters": 1.0 if m0 == 0.0 else 0.0,
+            "m": dm,
+            "y": dy,
+            "f": df,
+            # (a + da)(b + db) - a b: what the sum of a product over conversations gains
+            "mm": 2.0 * m0 * dm + dm * dm,
+            "yy": 2.0 * y0 * dy + dy * dy,
+            "ff": 2.0 * f0 * df + df * df,
+            "ym": y0 * dm + dy * m0 + dy * dm,
+            "fm": f0 * dm + df * m0 + df * dm,
+            "yf": y0 * df + dy * f0 + dy * df,
+        }
+        for term, step in steps.items():  # zeros too: a sum that stays 0 is a series at 0
+            self._inc(agent, metric, quantity, term, step)
+        total[0], total[1], total[2] = m0 + dm, y0 + dy, f0 + df
+
+    def _conversation(
+        self, trace: Trace, agent: str, now: float
+    ) -> dict[tuple[str, str], list[float]]:
+        if trace.conversation_id is None:
+            return {}  # a trace of its own is its own cluster
+        key = (trace.conversation_id, agent)
+        found = self._totals.pop(key, None)
+        totals = found[1] if found is not None else {}
+        self._totals[key] = (now, totals)
+        while self._totals:
+            oldest_key, (seen, _) = next(iter(self._totals.items()))
+            if len(self._totals) <= self._max and now - seen < self._idle:
+                break
+            del self._totals[oldest_key]
+        return totals
+
+    def _inc(self, agent: str, metric: str, quantity: str, term: Term, amount: float) -> None:
+        key = (agent, metric, quantity, term)
+        child = self._children.get(key)
+        if child is None:  # labels() costs more than the increment: every trace makes 16
+            child = self._children[key] = self._terms.labels(
+                agent, metric, self._evaluator, quantity, term
+            )
+        child.inc(amount)
+
+
+def _predictor(tier0: EvaluationResult, metric: str) -> float | None:
+    score = tier0.scores.get(PREDICTORS[metric])
+    return score.value if score is not None else None
+
+
+def _of(prediction: Prediction, quantity: str) -> float:
+    return prediction.mean if quantity == "mean" else prediction.below

@@ -1,0 +1,127 @@
+"""Yes/no fields of structured (JSON) contexts, and statements that contradict them.
+
+A context written as data ("OutdoorSeating": false, "WiFi": "no") states facts an answer can
+contradict with words the context contains: "The cafe offers outdoor seating." Tier 0 reads the
+fields once per context (:func:`yes_no_fields`, merged per trace by :func:`distinctive`) and
+checks each claim against them (:func:`polarity_conflicts`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+
+from monitor.evaluators.text import NEGATIONS_EN, STOPWORDS, normalize, stem, wordset
+
+Fields = Mapping[tuple[str, ...], frozenset[bool | None]]
+"""Key words of a field -> the values the contexts give it."""
+
+_RE_YES_NO_FIELD = re.compile(
+    r'"([A-Za-z][A-Za-z ]*)"\s*:\s*(true|false|null|"(?:yes|no)")', re.IGNORECASE
+)
+_CONTRAST = wordset("but however while although though whereas yet except")
+
+
+_RE_WORD = re.compile(r"[a-z]+")
+_RE_WORD_OR_SEMICOLON = re.compile(r"[a-z]+(?:'[a-z]+)?|;")
+
+
+def _field_words(text: str) -> list[str]:
+    """Stemmed words of a field name or statement, stopwords kept ('TakeOut' -> take, out)."""
+    return [stem(w) for w in _RE_WORD.findall(normalize(text).lower())]
+
+
+def yes_no_fields(text: str) -> list[tuple[tuple[str, ...], bool | None]]:
+    """(key words, value) for every true/false/null (or "yes"/"no"/"none") field in `text`."""
+    out: list[tuple[tuple[str, ...], bool | None]] = []
+    for m in _RE_YES_NO_FIELD.finditer(text):
+        key = tuple(dict.fromkeys(_field_words(m.group(1))))
+        raw = m.group(2).strip('"').lower()
+        value: bool | None = None if raw == "null" else raw in ("true", "yes")
+        if key:
+            out.append((key, value))
+    return out
+
+
+def distinctive(
+    fields: dict[tuple[str, ...], frozenset[bool | None]],
+) -> dict[tuple[str, ...], frozenset[bool | None]]:
+    """Drop key words shared by several fields ("Restaurants" in RestaurantsTakeOut, ...)."""
+    seen: Counter[str] = Counter(t for key in fields for t in key)
+    out: dict[tuple[str, ...], frozenset[bool | None]] = {}
+    for key, values in fields.items():
+        kept = tuple(t for t in key if seen[t] == 1)
+        if kept and any(t not in STOPWORDS for t in kept):
+            out[kept] = out.get(kept, frozenset()) | values
+    return out
+
+
+_PASSIVE = wordset(
+    """
+    available offered provided specified mentioned included allowed permitted accepted
+    listed stated known present given supported required
+    """
+)
+
+
+def _negated_words(statement: str) -> dict[str, bool]:
+    """Stemmed word -> whether every mention of it in `statement` is under a negation.
+
+    A negation cue ('no', 'not', 'without', "doesn't"...) covers the words after it up to a
+    contrast word ('but', 'while', ...) or ';'. A negated passive predicate ('is not available',
+    'were not specified') also covers the words before it, back to the previous contrast word.
+    Adjacent words are also indexed joined ('take-out' -> 'takeout').
+    """
+    words = _RE_WORD_OR_SEMICOLON.findall(normalize(statement).lower())
+    neg = [False] * len(words)
+    forward = False
+    scope_start = 0
+    for i, w in enumerate(words):
+        if w == ";" or w in _CONTRAST:
+            forward = False
+            scope_start = i + 1
+            continue
+        if w in NEGATIONS_EN or w.endswith("n't"):
+            forward = True
+            if any(x in _PASSIVE for x in words[i + 1 : i + 3]):
+                for j in range(scope_start, i):
+                    neg[j] = True
+        neg[i] = neg[i] or forward
+    out: dict[str, bool] = {}
+    stems = [stem(w) for w in words]
+    for i, (t, n) in enumerate(zip(stems, neg, strict=True)):
+        out[t] = out.get(t, True) and n
+        if i + 1 < len(stems):
+            joined = stem(words[i] + words[i + 1])
+            out[joined] = out.get(joined, True) and n
+    return out
+
+
+def polarity_conflicts(statement: str, fields: Fields) -> tuple[str, ...]:
+    """Yes/no fields the statement contradicts: affirms a false/null field or denies a true one."""
+    mentions = _negated_words(statement)
+    out: list[str] = []
+    for key, values in fields.items():
+        negated = _mention(key, mentions)
+        if negated is None:
+            continue
+        if (negated and True in values) or (not negated and values <= {False, None}):
+            out.append(" ".join(key))
+    return tuple(out)
+
+
+def _mention(key: tuple[str, ...], mentions: dict[str, bool]) -> bool | None:
+    """Whether the statement mentions the field `key` negated (True), affirmed (False) or not at
+    all (None). The whole key, or its last two words ('RestaurantsTakeOut' -> 'take out'), written
+    apart or joined ('takeout')."""
+    for part in (key, key[-2:]) if len(key) > 2 else (key,):
+        if all(t in mentions for t in part):
+            return all(mentions[t] for t in part)
+        joined = stem("".join(part))
+        if joined in mentions:
+            return mentions[joined]
+    return None
+
+
+__all__ = ["Fields", "distinctive", "polarity_conflicts", "yes_no_fields"]

@@ -1,0 +1,63 @@
+"""A context is read once and its reading shared by every trace that retrieves it, within a
+bound on the characters the cache holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from monitor.evaluators import context_text
+from monitor.evaluators.context_text import read_context
+from monitor.evaluators.support import ContextIndex
+
+CONTEXT = (
+    "The Bureau of Labor Statistics (BLS) counted 1,200 workers in 2023. "
+    'Its office opens at 9 a.m. {"OutdoorSeating": false, "WiFi": "no"}'
+)
+
+
+@pytest.fixture(autouse=True)
+def empty_cache() -> Iterator[None]:
+    context_text._read_cached.cache_clear()
+    yield
+    context_text._read_cached.cache_clear()
+
+
+def test_a_context_is_read_once_and_its_reading_shared() -> None:
+    first = read_context(CONTEXT, 2, 1)
+    assert read_context(CONTEXT, 2, 1) is first
+    assert read_context(CONTEXT, 3, 1) is not first  # other parameters, another reading
+    assert {"1200", "2023", "9"} <= first.numbers
+    assert {"bls", "labor", "bureau"} <= first.tokens
+    assert (("outdoor", "seat"), False) in first.fields
+
+
+def test_an_index_of_cached_readings_is_the_index_of_fresh_ones() -> None:
+    contexts = [("a", CONTEXT), ("b", "BLS data is published monthly. Workers earn more.")]
+    cached = ContextIndex.build(contexts, "How many workers?", window=2, pair_span=1)
+    again = ContextIndex.build(contexts, "How many workers?", window=2, pair_span=1)
+    context_text._read_cached.cache_clear()
+    fresh = ContextIndex.build(contexts, "How many workers?", window=2, pair_span=1)
+    assert cached == again == fresh
+
+
+def test_the_cache_holds_at_most_its_budget_of_characters() -> None:
+    size = 9_000
+    texts = [f"Context number {i} says the branch opens at {i}:00. " * 200 for i in range(80)]
+    assert all(size <= len(t) <= context_text.CACHE_MAX_CHARS for t in texts)
+    for text in texts:
+        read_context(text, 2, 1)
+    cache = context_text._CACHE
+    assert cache.currsize <= context_text.CACHE_CHARS
+    assert len(cache) < len(texts)  # the oldest readings were dropped
+    last = read_context(texts[-1], 2, 1)
+    assert read_context(texts[-1], 2, 1) is last  # the newest is still held
+
+
+def test_a_context_too_long_to_cache_is_read_every_time() -> None:
+    long_text = "A sentence about the harbour. " * (context_text.CACHE_MAX_CHARS // 20)
+    first = read_context(long_text, 2, 1)
+    second = read_context(long_text, 2, 1)
+    assert first is not second and first == second
+    assert context_text._CACHE.currsize == 0

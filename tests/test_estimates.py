@@ -1,0 +1,297 @@
+"""The population estimates: their arithmetic against closed forms, the running sums the daemon
+keeps against their definition, the calibration, and unbiasedness whatever the prediction."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from monitor import metrics_catalog as catalog
+from monitor.config.scoring import EstimatesConfig
+from monitor.estimates.calibration import BINS, Calibration, Calibrations, isotonic
+from monitor.estimates.estimator import (
+    TERMS,
+    Observation,
+    Terms,
+    correction,
+    prediction_powered,
+    terms_of,
+    uniform,
+)
+from monitor.estimates.recorder import EstimateRecorder
+from monitor.models import EvaluationResult, Prediction, Score, Selection
+from monitor.sinks.metrics import AgentLabels
+from tests.support.traces import FIXED_TIME, make_trace
+
+
+def obs(cluster: str, y: float, f: float = 0.0, w: float = 1.0) -> Observation:
+    return Observation(cluster=cluster, weight=w, judge=y, prediction=f)
+
+
+def test_uniform_estimate_of_independent_traces_is_the_sample_mean_and_its_standard_error() -> None:
+    """Four conversations of one trace each: the mean and s / sqrt(n) of a simple sample."""
+    ys = [1.0, 0.0, 1.0, 1.0]
+    est = uniform(terms_of([obs(f"c{i}", y) for i, y in enumerate(ys)], []))
+    assert est is not None
+    assert est.value == pytest.approx(0.75)
+    s2 = sum((y - 0.75) ** 2 for y in ys) / 3  # sample variance, 1/4
+    assert est.stderr == pytest.approx(math.sqrt(s2 / 4))  # 0.25
+    low, high = est.interval()
+    assert (low, high) == pytest.approx((0.75 - 1.96 * 0.25, 1.0))
+
+
+def test_the_turns_of_one_conversation_are_one_unit_of_the_variance() -> None:
+    """Two conversations of two turns, one all bad, one all good: the cluster-robust error is
+    that of two units, (1/2) for a mean of 1/2, not that of four independent turns."""
+    sample = [obs("a", 0.0), obs("a", 0.0), obs("b", 1.0), obs("b", 1.0)]
+    est = uniform(terms_of(sample, []))
+    assert est is not None and est.value == pytest.approx(0.5)
+    # Y = (0, 2), M = (2, 2): 2/1 * ((0 - 1)^2 + (2 - 1)^2) / 4^2 = 1/4
+    assert est.stderr == pytest.approx(0.5)
+    independent = uniform(terms_of([obs(str(i), o.judge) for i, o in enumerate(sample)], []))
+    assert independent is not None and independent.stderr == pytest.approx(math.sqrt(1 / 3 / 4))
+
+
+def test_weights_undo_a_rate_that_changed_while_sampling() -> None:
+    """Half the traffic judged at 0.5 (score 1), half at 0.1 after the rate was lowered (score
+    0): two judged traces of the first half per bad one of the second would read 2/3 unweighted;
+    weighted by 1/p, each half counts for its share of the traffic."""
+    sample = [obs("a", 1.0, w=2.0), obs("b", 1.0, w=2.0), obs("c", 0.0, w=10.0)]
+    est = uniform(terms_of(sample, []))
+    assert est is not None and est.value == pytest.approx(4 / 14)
+
+
+def test_prediction_powered_estimate_in_closed_form() -> None:
+    """Traffic predictions average 0.6; on the three judged traces the judge exceeds the
+    prediction by 0.1, -0.2 and 0.4: estimate 0.6 + 0.1, error sd(differences) / sqrt(3)."""
+    traffic = [0.2, 0.4, 0.8, 1.0, 0.6]
+    sample = [obs("a", 0.9, 0.8), obs("b", 0.0, 0.2), obs("c", 1.0, 0.6)]
+    est = prediction_powered(terms_of(sample, traffic))
+    assert est is not None
+    assert est.value == pytest.approx(0.7)
+    diffs = [0.1, -0.2, 0.4]
+    s2 = sum((d - 0.1) ** 2 for d in diffs) / 2
+    assert est.stderr == pytest.approx(math.sqrt(s2 / 3))
+    assert correction(terms_of(sample, traffic)) == pytest.approx(0.1)
+
+
+def test_a_perfect_prediction_leaves_no_sampling_error_and_a_constant_one_is_uniform_only() -> None:
+    sample = [obs("a", 0.9, 0.9), obs("b", 0.1, 0.1), obs("b", 0.5, 0.5)]
+    perfect = prediction_powered(terms_of(sample, [0.9, 0.1, 0.5, 0.3]))
+    assert perfect is not None and perfect.value == pytest.approx(0.45)
+    assert perfect.stderr == pytest.approx(0.0, abs=1e-12)
+    constant = [obs(o.cluster, o.judge, 0.4) for o in sample]
+    powered = prediction_powered(terms_of(constant, [0.4] * 10))
+    plain = uniform(terms_of(constant, []))
+    assert powered is not None and plain is not None
+    assert powered.value == pytest.approx(plain.value)
+    assert powered.stderr == pytest.approx(plain.stderr)
+
+
+def test_no_estimate_from_fewer_than_two_conversations() -> None:
+    assert uniform(terms_of([obs("a", 1.0), obs("a", 0.0)], [0.5])) is None
+    assert prediction_powered(terms_of([obs("a", 1.0)], [0.5])) is None
+    assert uniform(Terms()) is None
+
+
+def test_terms_subtract_like_counter_increases() -> None:
+    early = terms_of([obs("a", 1.0, 0.5)], [0.5])
+    late = early + terms_of([obs("b", 0.0, 0.5)], [0.5, 0.5])
+    assert (late - early).traces == 2 and (late - early).clusters == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_running_sums_equal_the_sums_of_the_whole_sample(seed: int) -> None:
+    """The daemon's incremental per-conversation totals give exactly the terms of the sample
+    taken whole, whatever order the turns of interleaved conversations arrive in."""
+    rng = random.Random(seed)
+    registry = CollectorRegistry()
+    counter = catalog.create(catalog.ESTIMATE_TERMS, registry)
+    config = EstimatesConfig(thresholds={"faithfulness": 0.8})
+    calibrations = Calibrations(config.thresholds, window=100, min_labels=5)
+    recorder = EstimateRecorder(
+        evaluator="llm",
+        config=config,
+        terms=counter,
+        agent_label=AgentLabels(10),
+        calibrations=calibrations,
+    )
+    observations: dict[str, list[Observation]] = {"mean": [], "below": []}
+    predictions: dict[str, list[float]] = {"mean": [], "below": []}
+    for i in range(300):
+        conversation = f"c{rng.randrange(40)}" if i % 10 else None
+        trace = make_trace(
+            "q",
+            ["ctx"],
+            "The warranty covers every part of the product for two years.",  # English
+            trace_id=f"t{i}",
+            conversation_id=conversation,
+        )
+        support = rng.random()
+        tier0 = result("heuristic", support=support)
+        predicted = recorder.predict(trace, tier0)
+        recorder.count_traffic(trace.agent, predicted)
+        for q in ("mean", "below"):
+            p = predicted["faithfulness"]
+            predictions[q].append(p.mean if q == "mean" else p.below)
+        probability = rng.choice([0.5, 0.25])
+        if rng.random() >= probability:
+            continue
+        judge = min(1.0, max(0.0, support + rng.uniform(-0.3, 0.3)))
+        selection = Selection(
+            uniform=True, inclusion_probability=probability, predictions=predicted
+        )
+        recorder.count_judged(trace, tier0, selection, result("llm", faithfulness=judge))
+        cluster = conversation or trace.trace_id
+        p = predicted["faithfulness"]
+        observations["mean"].append(Observation(cluster, 1 / probability, judge, p.mean))
+        observations["below"].append(
+            Observation(cluster, 1 / probability, float(judge < 0.8), p.below)
+        )
+    assert calibrations.get("faithfulness", "en").labels > 5  # later predictions were calibrated
+    for quantity in ("mean", "below"):
+        exported = Terms.of(
+            {
+                term: registry.get_sample_value(
+                    "ragmon_estimate_terms_total",
+                    {
+                        "agent": "default",
+                        "metric": "faithfulness",
+                        "evaluator": "llm",
+                        "quantity": quantity,
+                        "term": term,
+                    },
+                )
+                or 0.0
+                for term in TERMS
+            }
+        )
+        expected = terms_of(observations[quantity], predictions[quantity])
+        for term in TERMS:
+            assert getattr(exported, term) == pytest.approx(getattr(expected, term)), term
+
+
+def result(evaluator: str, **scores: float) -> EvaluationResult:
+    return EvaluationResult(
+        trace_id="t",
+        timestamp=FIXED_TIME,
+        evaluator=evaluator,
+        scores={name: Score.of(value) for name, value in scores.items()},
+    )
+
+
+def test_judged_traces_outside_the_uniform_draw_or_unmeasured_are_not_in_the_sample() -> None:
+    registry = CollectorRegistry()
+    config = EstimatesConfig(thresholds={"faithfulness": 0.8})
+    recorder = EstimateRecorder(
+        evaluator="llm",
+        config=config,
+        terms=catalog.create(catalog.ESTIMATE_TERMS, registry),
+        agent_label=AgentLabels(10),
+        calibrations=Calibrations(config.thresholds, 100, 5),
+    )
+    trace = make_trace("q", ["ctx"], "answer", trace_id="t1")
+    tier0 = result("heuristic", support=0.3)
+    predicted = recorder.predict(trace, tier0)
+    recorder.count_traffic(trace.agent, predicted)
+    priority = Selection(
+        uniform=False, inclusion_probability=0.05, priority="low_support", predictions=predicted
+    )
+    recorder.count_judged(trace, tier0, priority, result("llm", faithfulness=0.0))
+    drawn = Selection(uniform=True, inclusion_probability=0.05, predictions=predicted)
+    unmeasured = EvaluationResult(
+        trace_id="t1",
+        timestamp=FIXED_TIME,
+        evaluator="llm",
+        scores={"faithfulness": Score.unmeasured("judge_timeout")},
+    )
+    recorder.count_judged(trace, tier0, drawn, unmeasured)
+    assert (
+        registry.get_sample_value("ragmon_estimate_terms_total", {**_labels(), "term": "m"}) is None
+    )
+    recorder.count_judged(trace, tier0, drawn, result("llm", faithfulness=0.9))
+    assert registry.get_sample_value(
+        "ragmon_estimate_terms_total", {**_labels(), "term": "m"}
+    ) == pytest.approx(20.0)
+    # a sum that stays 0 (no answer below the threshold yet) is a series at 0, not missing:
+    # the recording rules need every term to compute anything
+    below = {**_labels(), "quantity": "below"}
+    for term in TERMS:
+        series = {**below, "term": term}
+        assert registry.get_sample_value("ragmon_estimate_terms_total", series) is not None, term
+
+
+def _labels() -> dict[str, str]:
+    return {"agent": "default", "metric": "faithfulness", "evaluator": "llm", "quantity": "mean"}
+
+
+def test_isotonic_pools_adjacent_violators() -> None:
+    assert isotonic([0.1, 0.5, 0.3, 0.9], [1, 1, 1, 2]) == pytest.approx([0.1, 0.4, 0.4, 0.9])
+    assert isotonic([0.2, 0.6], [3, 1], increasing=False) == pytest.approx([0.3, 0.3])
+    assert isotonic([0.9, 0.1, 0.1], [1, 1, 2]) == pytest.approx([0.3] * 3)
+
+
+def test_calibration_predicts_by_tier_zero_once_it_has_enough_labels() -> None:
+    calibration = Calibration(threshold=0.8, window=1000, min_labels=20)
+    assert calibration.predict(0.9) == Prediction(mean=0.0, below=0.0)
+    for i in range(19):
+        calibration.add(0.05 + (i % 10) / 10, 1.0 if i % 10 >= 5 else 0.0, now=float(i))
+    # too few labels: the same constant everywhere (the prediction-powered estimate is then
+    # the uniform-only one)
+    assert calibration.predict(0.05) == calibration.predict(0.95)
+    calibration.add(0.95, 1.0, now=19.0)
+    assert calibration.labels == 20
+    assert calibration.predict(0.05) == Prediction(mean=0.0, below=1.0)
+    assert calibration.predict(0.95) == Prediction(mean=1.0, below=0.0)
+    assert calibration.updated_at == 19.0
+
+
+def test_a_prediction_is_fixed_before_its_label_joins_the_calibration() -> None:
+    calibration = Calibration(threshold=0.5, window=1000, min_labels=1)
+    calibration.add(0.7, 1.0)
+    before = calibration.predict(0.7)
+    calibration.add(0.7, 0.0)  # the label of the trace predicted above
+    assert before == Prediction(mean=1.0, below=0.0)
+    assert calibration.predict(0.7) == Prediction(mean=0.5, below=0.5)
+
+
+def test_the_calibration_forgets_beyond_its_window_and_fills_empty_bins() -> None:
+    calibration = Calibration(threshold=0.5, window=4, min_labels=1)
+    for _ in range(4):
+        calibration.add(0.95, 0.0)
+    for _ in range(4):
+        calibration.add(0.35, 1.0)
+    assert calibration.labels == 4
+    assert [calibration.predict(b / BINS).mean for b in range(BINS)] == [1.0] * BINS
+
+
+def test_prediction_powered_estimate_is_unbiased_whatever_the_prediction() -> None:
+    """A cluster sample of a skewed population with a prediction that is badly off (shifted and
+    noisy): over repetitions, the estimates average to the truth and the 95% intervals cover it
+    about 95% of the time (bench/estimates.py measures this on real data)."""
+    rng = random.Random(7)
+    covered = 0
+    errors = []
+    reps = 300
+    for _ in range(reps):
+        population = []
+        for c in range(400):
+            level = rng.random() ** 2
+            for _ in range(rng.randint(1, 4)):
+                y = float(rng.random() < level)
+                population.append((f"c{c}", y, min(1.0, 0.3 + 0.5 * level + rng.gauss(0, 0.2))))
+        truth = sum(y for _, y, _ in population) / len(population)
+        drawn = {c for c in {c for c, _, _ in population} if rng.random() < 0.15}
+        sample = [obs(c, y, f, 1 / 0.15) for c, y, f in population if c in drawn]
+        est = prediction_powered(terms_of(sample, [f for _, _, f in population]))
+        assert est is not None
+        errors.append(est.value - truth)
+        low, high = est.interval()
+        covered += low <= truth <= high
+    bias = sum(errors) / reps
+    spread = math.sqrt(sum(e * e for e in errors) / reps)
+    assert abs(bias) < 3 * spread / math.sqrt(reps)
+    assert 0.91 <= covered / reps <= 0.99

@@ -1,0 +1,178 @@
+"""The OTLP stage's assembly under bad input: a trace of too many spans, a parent cycle, a
+fragment of a trace already scored whole, shedding at the memory bound. Each costs only itself,
+with a dead letter, a count or a log line saying so.
+
+The assembly (assembler, mapping, dead letters) is real; its neighbours -- the dead-letter
+producer, the traces topic and the offset tracker -- are recorders. Through the real broker:
+`tests/test_faults_otlp_input.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from prometheus_client import CollectorRegistry
+
+from monitor.config import KafkaConfig
+from monitor.messages import RawMessage
+from monitor.models import Trace
+from monitor.sinks.metrics import Metrics
+from monitor.sources.assembly import Release
+from monitor.sources.otlp import decode_otlp
+from monitor.sources.otlp_split import split_by_trace
+from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken
+from tests.support.otlp_big import wide_trace
+from tests.support.otlp_spans import App, encode
+from tests.support.otlp_turns import langchain_turn
+from tests.support.recorder import LetterRecorder
+
+
+class Rig:
+    def __init__(self, scored_whole: set[str] | None = None, **kafka: Any) -> None:
+        self.registry = CollectorRegistry()
+        self.letters = LetterRecorder()
+        self.out: list[Trace] = []
+        self.finished: list[int] = []
+        whole = scored_whole
+
+        async def output(items: list[tuple[Trace, Release[PartToken]]]) -> None:
+            for trace, release in items:
+                self.out.append(trace)
+                self.finished += [t.message.offset for t in release.tokens]
+
+        async def scored(trace_id: str) -> bool:
+            assert whole is not None
+            return trace_id in whole
+
+        self.assembly = Assembly(
+            kafka=KafkaConfig(**kafka),
+            metrics=Metrics(self.registry),
+            otlp_metrics=OtlpMetrics(self.registry),
+            dead_letters=self.letters,
+            output=output,
+            finish=lambda messages: self.finished.extend(m.offset for m in messages),
+            scored_whole=scored if whole is not None else None,
+        )
+
+    async def take(self, offset: int, data: bytes, now: float = 0.0) -> None:
+        msg = RawMessage("otlp", 0, offset, None, data)
+        token = PartToken(msg, msg, "otlp_proto")
+        for part in split_by_trace(data, "otlp_proto").parts:
+            await self.assembly.add(part, token, now)
+
+    def count(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_trace_over_the_span_bound_is_dead_lettered_and_so_are_its_later_parts() -> None:
+    rig = Rig(otlp_max_spans_per_trace=50)
+    big_id, big = wide_trace(120, seed=1)
+    small_id, small = wide_trace(10, seed=2)
+    spans = list(big.resource_spans[0].scope_spans[0].spans)
+    for offset, chunk in enumerate((spans[:40], spans[40:80], spans[80:])):
+        del big.resource_spans[0].scope_spans[0].spans[:]
+        big.resource_spans[0].scope_spans[0].spans.extend(chunk)
+        await rig.take(offset, big.SerializeToString())
+    await rig.take(3, small.SerializeToString())
+    await rig.assembly.tick(time.monotonic() + 120)
+    assert [t.trace_id for t in rig.out] == [small_id], "the other trace is scored"
+    assert [(d["offset"], d["reason"]) for d in rig.letters.sent] == [
+        (0, "too_many_spans"),  # what the trace held: the 40 spans of the first message
+        (1, "too_many_spans"),  # the part that took it over the bound
+        (2, "too_many_spans"),  # a later part
+    ]
+    assert big_id in rig.letters.sent[0]["detail"] and "50" in rig.letters.sent[0]["detail"]
+    held = decode_otlp(rig.letters.sent[0]["value"], "otlp_proto")
+    assert len(held) == 40, "the dead letter carries the spans it held"
+    assert sorted(rig.finished) == [0, 1, 2, 3], "every message finished"
+    assert rig.count("ragmon_dead_letters_total", reason="too_many_spans") == 3
+    kept = len(small.SerializeToString())  # the small trace, for its grace period
+    assert rig.assembly.assembler.bytes == kept, "nothing of the big one is kept"
+
+
+async def test_one_export_over_the_bound_is_one_dead_letter_and_never_held() -> None:
+    rig = Rig(otlp_max_spans_per_trace=1000)
+    _, big = wide_trace(5000)
+    await rig.take(7, big.SerializeToString())
+    assert [(d["offset"], d["reason"]) for d in rig.letters.sent] == [(7, "too_many_spans")]
+    assert rig.finished == [7] and rig.assembly.assembler.pending == 0
+
+
+async def test_a_parent_cycle_dead_letters_only_its_own_trace() -> None:
+    rig = Rig()
+    cyclic_id, cyclic = wide_trace(5, seed=3)
+    spans = cyclic.resource_spans[0].scope_spans[0].spans
+    spans[3].parent_span_id = spans[4].span_id  # two tools, each the other's parent
+    spans[4].parent_span_id = spans[3].span_id
+    good_id, good = wide_trace(5, seed=4)
+    await rig.take(0, cyclic.SerializeToString() + good.SerializeToString())
+    await rig.assembly.tick(time.monotonic() + 120)
+    assert [t.trace_id for t in rig.out] == [good_id]
+    (letter,) = rig.letters.sent
+    assert letter["reason"] == "otlp_unmappable" and "cycle" in letter["detail"]
+    assert cyclic_id in letter["detail"]
+
+
+async def _fragment(rig: Rig) -> str:
+    """The retriever and parallel step of a turn: read again alone after a crash, they cannot
+    be mapped (no answer) and are released incomplete after the maximum wait."""
+    app = App()
+    turn = langchain_turn(app, 1, session="conv", start_ns=time.time_ns())
+    await rig.take(0, encode(turn.early(), "otlp_proto"))
+    await rig.assembly.tick(time.monotonic() + 120)
+    return turn.trace_id
+
+
+async def test_a_fragment_of_a_trace_already_scored_whole_is_skipped_as_late_spans() -> None:
+    app = App()
+    turn = langchain_turn(app, 1, session="conv", start_ns=time.time_ns())
+    rig = Rig(scored_whole={turn.trace_id})
+    await rig.take(0, encode(turn.early(), "otlp_proto"))
+    await rig.assembly.tick(time.monotonic() + 120)
+    assert rig.letters.sent == [] and rig.out == []
+    assert rig.count("ragmon_traces_skipped_total", reason="otlp_late_spans") == 1
+    assert rig.finished == [0]
+
+
+async def test_the_same_fragment_of_a_trace_never_scored_is_dead_lettered() -> None:
+    rig = Rig(scored_whole=set())
+    trace_id = await _fragment(rig)
+    (letter,) = rig.letters.sent
+    assert letter["reason"] == "otlp_unmappable" and trace_id in letter["detail"]
+    assert rig.count("ragmon_traces_skipped_total", reason="otlp_late_spans") == 0
+
+
+async def test_shedding_logs_at_most_one_line_a_minute_with_counts() -> None:
+    rig = Rig(otlp_max_pending_traces=2)
+    apps = [App() for _ in range(30)]
+    with structlog.testing.capture_logs() as logs:
+        for n, app in enumerate(apps):
+            turn = langchain_turn(app, n, session=None, start_ns=time.time_ns())
+            data = encode_spans(turn.early()).SerializeToString()  # never whole: stays pending
+            await rig.take(n, data)
+        await rig.assembly.tick()
+    shed = [e for e in logs if e["event"].startswith("OTLP assembler shedding")]
+    assert rig.count("ragmon_otlp_assembly_shed_total", reason="pending_limit") == 28
+    assert len(shed) == 1, "the first shed is logged at once, the rest wait for the minute"
+    assert shed[0]["counts"] == {"pending_limit": 1}
+    assert shed[0]["pending"] == 2 and shed[0]["log_level"] == "warning"
+
+
+async def test_spans_sent_again_do_not_count_twice_against_the_bound() -> None:
+    rig = Rig(otlp_max_spans_per_trace=50)
+    trace_id, request = wide_trace(45, seed=8)
+    spans = list(request.resource_spans[0].scope_spans[0].spans)
+    del request.resource_spans[0].scope_spans[0].spans[30:]
+    first = request.SerializeToString()
+    del request.resource_spans[0].scope_spans[0].spans[:]
+    request.resource_spans[0].scope_spans[0].spans.extend(spans[20:])  # 10 of them again
+    second = request.SerializeToString()
+    await rig.take(0, first)
+    await rig.take(1, first)  # the same part again (at-least-once)
+    await rig.take(2, second)  # 25 spans, 10 of them held already: 45 in all
+    await rig.assembly.tick(time.monotonic() + 120)
+    assert rig.letters.sent == []
+    assert [t.trace_id for t in rig.out] == [trace_id]

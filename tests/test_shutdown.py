@@ -1,0 +1,114 @@
+"""Work cut short by the shutdown deadline, or by a write refused for good, is never committed.
+
+Unit tests of the ingest stage with a processing stage that never finishes, and of the last
+guard of `rag-monitor run`; the real process ending within its deadline is
+`tests/test_faults_shutdown.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.structs import TopicPartition
+from prometheus_client import CollectorRegistry
+
+from monitor.messages import RawMessage
+from monitor.models import Trace
+from monitor.pipeline.ingest import Ingest
+from monitor.sinks.deadletter import StreamDeadLetters
+from monitor.sinks.metrics import Metrics
+from monitor.sinks.produce import ProduceRejected
+from monitor.sources.offsets import OffsetTracker
+from tests.support.traces import native_trace
+
+TP = TopicPartition("in", 0)
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Stage:
+    """Finishes every trace at once, but never `hang`, and refuses `refuse` for good."""
+
+    def __init__(self, hang: str = "", refuse: str = "") -> None:
+        self.hang, self.refuse = hang, refuse
+        self.done: list[str] = []
+
+    async def process(self, trace: Trace) -> None:
+        if trace.trace_id == self.hang:
+            await asyncio.Event().wait()
+        if trace.trace_id == self.refuse:
+            raise ProduceRejected("results", "results.topic", TopicAuthorizationFailedError())
+        self.done.append(trace.trace_id)
+
+
+def ingest(stage: Stage, tracker: OffsetTracker, letters: io.StringIO, **extra: object) -> Ingest:
+    return Ingest(
+        input_format="native",
+        max_message_bytes=1_048_576,
+        processor=stage,
+        dead_letters=StreamDeadLetters(letters),
+        tracker=tracker,
+        metrics=Metrics(CollectorRegistry()),
+        tracer=None,
+        max_in_flight=100,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def messages(count: int) -> list[RawMessage]:
+    return [
+        RawMessage("in", 0, n, None, json.dumps(native_trace(n, conversation_id=None)).encode())
+        for n in range(count)
+    ]
+
+
+async def test_a_trace_cancelled_at_the_deadline_is_not_committed_past() -> None:
+    tracker, letters = OffsetTracker(), io.StringIO()
+    stage = Stage(hang="trace-000002")
+    intake = ingest(stage, tracker, letters)
+    await intake.handle_batch(messages(5))
+    assert not await intake.drain(asyncio.get_running_loop().time() + 0.5)
+    intake.cancel_all()
+    await asyncio.sleep(0.05)
+    assert sorted(stage.done) == ["trace-000000", "trace-000001", "trace-000003", "trace-000004"]
+    assert tracker.to_commit() == {TP: 2}, "the cancelled trace is read again, not skipped"
+    assert letters.getvalue() == "", "nor dead-lettered"
+
+
+async def test_a_write_refused_for_good_stops_the_daemon_and_leaves_the_trace_unfinished() -> None:
+    tracker, letters = OffsetTracker(), io.StringIO()
+    refused: list[ProduceRejected] = []
+    intake = ingest(Stage(refuse="trace-000001"), tracker, letters, on_fatal=refused.append)
+    await intake.handle_batch(messages(3))
+    assert await intake.drain(asyncio.get_running_loop().time() + 5)
+    assert [r.setting for r in refused] == ["results.topic"]
+    assert tracker.to_commit() == {TP: 1}
+    assert letters.getvalue() == "", "a refused write is no fault of the trace's"
+
+
+@pytest.mark.slow
+def test_the_last_guard_ends_a_process_that_outlives_its_deadline() -> None:
+    """What `rag-monitor run` starts on SIGTERM: whatever still runs at the deadline (here the
+    main thread sleeping, like a close that hangs), the process ends, exit 130, saying why."""
+    code = (
+        "import time\n"
+        "from monitor.cli.daemon import _guard_deadline\n"
+        "_guard_deadline(0.5, 1.0)\n"
+        "time.sleep(120)\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 130
+    assert time.monotonic() - started < 60, "ended by the guard, not by the end of its sleep"
+    assert (
+        "rag-monitor: shutdown deadline (1s) reached; exiting with work unfinished" in done.stderr
+    )

@@ -1,0 +1,155 @@
+"""Tier 0's faster forms answer exactly as the plain forms they replaced.
+
+Patterns that opened with a look-behind now open with what they look for; case-insensitive
+patterns are searched on lowercased text; stemming tries only the suffixes that can match. Each
+is checked here against the plain form, on generated text that mixes the characters where the
+two could part ways (the four whose case rules differ, kana next to '!', digits glued to letters).
+bench/tier0_fingerprint.py checks the sum of them: every output of tier 0 on data/.
+"""
+
+# Japanese punctuation and full-width letters are the point of these inputs.
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.evaluators import heuristic, language, text
+
+PIECES = [
+    "a", "Z", "b", "I", "i", " ", "  ", "\n", ".", "!", "?", ":", ",", "'", "\u2019", "_", "-",
+    "0", "1", "9", "12", "3.5", "1,000", "4:30", "pm", "a.m.", "st", "th", "s", "A380",
+    "\u0130", "\u0131", "\u017f", "\u212a", "é", "Σ",
+    "漢", "字", "〇", "々", "ア", "カ", "・", "ー", "ひ", "ら", "。", "！", "？", "．", "」", "と",
+    "I don't know", "the context does not", "information", "Sure!", "Here is the summary",
+    "Passage 2", "[3]", "camelCase", "HTTPServer", "情報がありません", "お役に立て",
+]  # fmt: skip
+texts = st.lists(st.sampled_from(PIECES), max_size=24).map("".join)
+
+
+def _camel_by_lookbehind(value: str) -> str:
+    return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", " ", value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_camel_case_splits_where_the_look_behind_pattern_did(value: str) -> None:
+    assert text._RE_CAMEL.sub(r"\1\2 ", value) == _camel_by_lookbehind(value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_numbers_are_found_where_the_look_behind_pattern_found_them(value: str) -> None:
+    thousands = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", value)
+    assert text._without_thousands_separators(value) == thousands
+    ordinal = re.sub(r"(?<=\d)(?:st|nd|rd|th|s)\b", "", value)
+    assert text._RE_ORDINAL_SUFFIX.sub(r"\1", value) == ordinal
+    plain = re.compile(
+        r"(?<![A-Za-z0-9.])(\d+(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.IGNORECASE
+    )
+    found = [(m.span(), m.groups()) for m in text._numbers_written(value)]
+    assert found == [(m.span(), m.groups()) for m in plain.finditer(value)]
+
+
+_JAPANESE = f"{text._HIRA}{text._KATA}{text._KANJI}"
+_CJK_END = re.compile(
+    f"(?:[\u3002\uff01\uff1f\uff0e]+|(?<=[{_JAPANESE}])[!?]+)[{text._CLOSERS_RE}]*"
+)
+_GLUED_END = re.compile(r"(?<=[a-z]{2}[.!?])(?=[A-Z][a-z])")
+
+
+def _split_line_by_lookbehinds(line: str) -> list[str]:
+    """The line splitter as it was, its sentence ends found by look-behind patterns."""
+    cuts: set[int] = set()
+    for m in _CJK_END.finditer(line):
+        if not (m.group(0)[-1] in text._CLOSERS and line[m.end() : m.end() + 1] in "とっな"):
+            cuts.add(m.end())
+    for m in text._RE_LATIN_END.finditer(line):
+        if m.group(0)[0] == ".":
+            if m.group(0).rstrip(text._CLOSERS) == "." and text._is_abbreviation_before(
+                line, m.start()
+            ):
+                continue
+            after = line[m.end() :].lstrip()
+            if after and after[0].islower():
+                continue
+        cuts.add(m.end())
+    cuts.update(m.start() for m in _GLUED_END.finditer(line))
+    pieces, start = [], 0
+    for cut in sorted(cuts):
+        if cut > start:
+            pieces.append(line[start:cut])
+            start = cut
+    pieces.append(line[start:])
+    return [p.strip() for p in pieces if re.search(r"[^\W_]", p)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(texts)
+def test_lines_are_split_where_the_look_behind_patterns_split_them(value: str) -> None:
+    assert text._split_line(value) == _split_line_by_lookbehinds(value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_caseless_patterns_answer_as_re_ignorecase(value: str) -> None:
+    for caseless in (heuristic._REFUSAL_EN, heuristic._FILLER_EN):
+        plain = caseless._ignorecase
+        assert caseless.search(value) == (plain.search(value) is not None), value
+        normalized = text.normalize(value)
+        assert caseless.search(normalized) == (plain.search(normalized) is not None)
+
+
+def test_the_characters_whose_case_rules_differ_are_searched_with_re_ignorecase() -> None:
+    pattern = text.CaselessPattern(r"\bis\b")
+    # 'İS'.lower() is 'i̇s' (three characters) and 'ıs' stays; re.IGNORECASE matches both
+    assert pattern.search("\u0130S") and pattern.search("\u0131s") and pattern.search("i\u017f")
+    assert pattern.search("This IS it") and not pattern.search("This isn't it")
+    with pytest.raises(ValueError, match="lowercase"):
+        text.CaselessPattern(r"\W")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="aeioustlnrdgyzmbc'\u2019", max_size=14))
+def test_stemming_tries_the_suffixes_in_the_same_order(word: str) -> None:
+    expected = word
+    if expected.endswith(("'s", "\u2019s")):
+        expected = expected[:-2]
+    if len(expected) > 3:
+        for suffix, repl, min_len in text._SUFFIXES:
+            if expected.endswith(suffix) and len(expected) - len(suffix) >= min_len:
+                if suffix != "s" or not expected.endswith(("ss", "us", "is")):
+                    expected = expected[: len(expected) - len(suffix)] + repl
+                break
+        if len(expected) > 4 and expected[-1] == "e":
+            expected = expected[:-1]
+        if len(expected) > 4 and expected[-1] == expected[-2] and expected[-1] not in "lsz":
+            expected = expected[:-1]
+    assert text.stem(word) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([*PIECES, "one", "Twenty", "ONE", "s\u0131x", "\u1e9eone"])))
+def test_number_words_are_found_as_word_by_word(pieces: list[str]) -> None:
+    value = " ".join(pieces)
+    norm = text.normalize(value)
+    expected = {k for k, _ in text._text_numbers(norm)}
+    for word in text._RE_LATIN_WORD.findall(norm):
+        if word.lower() in text._NUMBER_WORDS:
+            expected.add(text._NUMBER_WORDS[word.lower()])
+    expected |= {k.split(":", 1)[0] for k in expected if ":" in k}
+    assert text.number_keys(value) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_scripts_are_counted_by_runs_as_character_by_character(value: str) -> None:
+    for runs, one in (
+        (language._RE_LETTER_RUN, r"[^\W\d_]"),
+        (language._RE_KANA_RUN, f"[{language._KANA}]"),
+        (language._RE_HAN_RUN, f"[{language._HAN}]"),
+    ):
+        assert language._count(runs, value) == len(re.findall(one, value))
