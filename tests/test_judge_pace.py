@@ -269,6 +269,23 @@ def test_a_client_that_never_fills_the_limit_does_not_raise_it() -> None:
     assert limit.limit == 2, "one good reply alone at limit 1; none with room to spare after"
 
 
+def replies_until_a_probe(limit: ConcurrencyLimit, most: int) -> tuple[int, list[Slot | None]]:
+    """With the limit set to 4, keep 4 requests in flight (each reply at the same latency)
+    until the limit drops to 1 for a probe alone, or `most` replies came: the replies it took
+    and the requests still in flight."""
+    limit._estimate = 4.0
+    slots = [limit.acquire_nowait() for _ in range(4)]
+    for replies in range(1, most + 1):
+        done = slots.pop(0)
+        assert done is not None
+        limit.replied(done, 1.0)
+        limit.release(done)
+        if limit.limit == 1:
+            return replies, slots
+        slots.append(limit.acquire_nowait())
+    return most, slots
+
+
 def test_after_many_replies_that_shared_the_server_one_runs_alone() -> None:
     limit = ConcurrencyLimit(4)
     for _ in range(1 + ALONE_WANTED):  # a warm-up reply, then enough alone for a baseline
@@ -276,16 +293,7 @@ def test_after_many_replies_that_shared_the_server_one_runs_alone() -> None:
         assert alone is not None
         limit.replied(alone, 1.0)
         limit.release(alone)
-    limit._estimate = 4.0
-    slots = [limit.acquire_nowait() for _ in range(4)]
-    for replies in range(1, 61):  # noqa: B007 (read after the loop)
-        done = slots.pop(0)
-        assert done is not None
-        limit.replied(done, 1.0)
-        limit.release(done)
-        if limit.limit == 1:
-            break
-        slots.append(limit.acquire_nowait())
+    replies, slots = replies_until_a_probe(limit, 60)
     assert limit.limit == 1 and replies == PROBE_EVERY, "a probe: drain to one request alone"
     while slots:
         done = slots.pop(0)
@@ -301,16 +309,7 @@ def test_after_many_replies_that_shared_the_server_one_runs_alone() -> None:
 
 def test_while_few_replies_ran_alone_the_probe_comes_early() -> None:
     limit = ConcurrencyLimit(4)
-    limit._estimate = 4.0
-    slots = [limit.acquire_nowait() for _ in range(4)]
-    for replies in range(1, 20):  # noqa: B007 (read after the loop)
-        done = slots.pop(0)
-        assert done is not None
-        limit.replied(done, 1.0)
-        limit.release(done)
-        if limit.limit == 1:
-            break
-        slots.append(limit.acquire_nowait())
+    replies, _slots = replies_until_a_probe(limit, 20)
     assert limit.limit == 1 and replies == EARLY_PROBE_EVERY
 
 
