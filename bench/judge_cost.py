@@ -35,14 +35,18 @@ scheduled generation suite costs per case.
 Needs the ``ragas`` extra (``pip install 'rag-monitor[ragas]'``) and the test support code.
 
 ``--server llama-server`` or ``--server llama_cpp.server`` measures the LLM judge against a
-real model server instead (``scripts/setup-llama.sh`` builds both; Gemma 3 270M, one CPU
-thread, started on a free loopback port), with ``max_tokens`` on: per judged trace, the chat
-calls (refused ones included), prompt and completion tokens as the server reported them, the
-seconds the evaluation took, and how many replies were cut at the bound. ``--max-tokens N``
-sets ``judge.max_tokens`` (default: the judge's per-task bound sized from the schema);
-``--traces N`` judges the first N/2 English and N/2 Japanese traces (default 4). The tiny model
-repeats itself until the bound, so its figures are an upper bound on the time a judged trace
-takes at that bound on this machine, not a quality figure.
+real model server instead (``scripts/setup-llama.sh`` builds both; Gemma 3 270M), started as a
+user starts it, with its defaults (llama-server: the model's context, every core, 4 slots;
+llama_cpp.server: 2048 tokens of context, one request at a time), and the judge with its own
+defaults (adaptive concurrency up to ``--max-concurrency``, default 4; deadlines from size),
+judging up to that many traces at once as ``rag-monitor score`` does. Per judged trace: the
+chat calls (refused ones included), prompt and completion tokens as the server reported them,
+the seconds the evaluation took (waiting for room under the limit included), and how many
+replies were cut at the bound; then the wall time, traces per minute, the concurrency the
+client settled on (and its value after each trace) and the server's pace as the judge learnt
+it. ``--max-tokens N`` sets ``judge.max_tokens`` (default: the judge's per-task bound sized from
+the schema); ``--traces N`` judges the first N/2 English and N/2 Japanese traces (default 4).
+The tiny model's verdicts mean nothing; the figures say what pacing does on this machine.
 """
 
 from __future__ import annotations
@@ -487,12 +491,22 @@ def print_table(rows: dict[str, Any], reference: bool = False) -> dict[str, Any]
     }
 
 
-async def run_server(kind: str, max_tokens: int | None, n_traces: int) -> dict[str, Any]:
+def _user_text(request: dict[str, Any]) -> str:
+    messages = request.get("messages") or []
+    return " ".join(str(m.get("content") or "") for m in messages if isinstance(m, dict))
+
+
+async def run_server(
+    kind: str, max_tokens: int | None, n_traces: int, max_concurrency: int
+) -> dict[str, Any]:
     import tempfile
     import time
 
+    from monitor.evaluators.judge_prompts import dump_data
+    from monitor.logs import configure_logging
     from tests.support.llama_servers import MODEL_ALIAS, ModelServer, RecordingProxy, installed
 
+    configure_logging("console", "warning")  # the table on stdout, warnings on stderr
     found = installed()
     if found is None:
         raise SystemExit("bench: no model servers; run scripts/setup-llama.sh first")
@@ -501,49 +515,58 @@ async def run_server(kind: str, max_tokens: int | None, n_traces: int) -> dict[s
     chosen = [t for t in all_traces if t.language == "en"][:half]
     chosen += [t for t in all_traces if t.language == "ja"][: n_traces - len(chosen)]
     rows: list[dict[str, Any]] = []
+    limits: list[int] = []
     with tempfile.TemporaryDirectory() as logs:
-        server = ModelServer(kind, found, context=8192)  # type: ignore[arg-type]
+        server = ModelServer(kind, found, defaults=True)  # type: ignore[arg-type]
         with server.start(Path(logs)), RecordingProxy(server.url) as proxy:
             config = JudgeConfig(
                 base_url=proxy.url,
                 model=MODEL_ALIAS,
                 max_tokens=max_tokens,
-                timeout_seconds=600.0,
-                max_retries=0,
+                max_concurrency=max_concurrency,
                 cache_ttl_seconds=0,
             )
             judge = LLMJudge(config, JudgeMetrics(CollectorRegistry()))
-            try:
-                for t in chosen:
-                    proxy.exchanges.clear()
+            room = asyncio.Semaphore(max_concurrency)  # traces in flight, as `score` runs them
+
+            async def judged(t: Trace) -> None:
+                async with room:
                     started = time.monotonic()
                     result = await judge.evaluate(t)
                     seconds = time.monotonic() - started
-                    chat = proxy.chat()
-                    rows.append(
-                        {
-                            "trace": t.trace_id,
-                            "calls": len(chat),
-                            "refused": sum(1 for e in chat if e.status != 200),
-                            "prompt_tokens": sum(e.usage("prompt_tokens") for e in chat),
-                            "completion_tokens": sum(e.usage("completion_tokens") for e in chat),
-                            "bounds": sorted({e.max_tokens or 0 for e in chat}),
-                            "cut_at_bound": sum(1 for e in chat if e.finish_reason == "length"),
-                            "seconds": seconds,
-                            "measured": sum(1 for sc in result.scores.values() if sc.measured),
-                            "unmeasured": sorted(
-                                {
-                                    sc.reason or ""
-                                    for sc in result.scores.values()
-                                    if not sc.measured
-                                }
-                            ),
-                        }
-                    )
+                limits.append(judge.client.concurrency_limit.limit)
+                marker = dump_data(t.query.strip())[1:-1]  # the question as the prompt shows it
+                chat = [e for e in proxy.chat() if marker in _user_text(e.request)]
+                rows.append(
+                    {
+                        "trace": t.trace_id,
+                        "calls": len(chat),
+                        "refused": sum(1 for e in chat if e.status != 200),
+                        "prompt_tokens": sum(e.usage("prompt_tokens") for e in chat),
+                        "completion_tokens": sum(e.usage("completion_tokens") for e in chat),
+                        "bounds": sorted({e.max_tokens or 0 for e in chat}),
+                        "cut_at_bound": sum(1 for e in chat if e.finish_reason == "length"),
+                        "seconds": seconds,
+                        "measured": sum(1 for sc in result.scores.values() if sc.measured),
+                        "unmeasured": sorted(
+                            {sc.reason or "" for sc in result.scores.values() if not sc.measured}
+                        ),
+                    }
+                )
+
+            wall = time.monotonic()
+            try:
+                await asyncio.gather(*(judged(t) for t in chosen))
             finally:
                 await judge.aclose()
+            wall = time.monotonic() - wall
+            speeds = judge.client.pace.tokens_per_second()
+            settled = judge.client.concurrency_limit.limit
     bound = f"max_tokens {max_tokens}" if max_tokens else "max_tokens per task (schema-sized)"
-    print(f"per judged trace against {kind} (Gemma 3 270M, 1 thread), {bound}")
+    print(
+        f"per judged trace against {kind} (Gemma 3 270M, started with its defaults), {bound}, "
+        f"up to {max_concurrency} traces at once"
+    )
     header = (
         f"{'trace':<7} {'calls':>5} {'refused':>7} {'prompt':>7} {'compl.':>7} {'cut':>4} "
         f"{'seconds':>8} {'measured':>8}  bounds / unmeasured"
@@ -563,9 +586,28 @@ async def run_server(kind: str, max_tokens: int | None, n_traces: int) -> dict[s
     print(
         f"mean: {summary['calls']:.2f} calls ({summary['refused']:.2f} refused), "
         f"{summary['prompt_tokens']:.0f} prompt + {summary['completion_tokens']:.0f} completion "
-        f"tokens, {summary['seconds']:.1f} s per judged trace"
+        f"tokens, {summary['seconds']:.1f} s per judged trace (waiting for room included)"
     )
-    return {"server": kind, "max_tokens": max_tokens, "rows": rows, "mean": summary}
+    print(
+        f"wall: {wall:.0f} s for {len(rows)} traces ({len(rows) / wall * 60:.2f} traces/min); "
+        f"concurrency settled at {settled} (after each trace: {limits})"
+    )
+    if speeds is not None:
+        print(
+            f"server pace per request, as the judge learnt it: {speeds[0]:.0f} prompt tokens/s, "
+            f"{speeds[1]:.1f} generated tokens/s"
+        )
+    return {
+        "server": kind,
+        "max_tokens": max_tokens,
+        "max_concurrency": max_concurrency,
+        "rows": rows,
+        "mean": summary,
+        "wall_seconds": wall,
+        "concurrency_settled": settled,
+        "concurrency_after_each_trace": limits,
+        "tokens_per_second": speeds,
+    }
 
 
 def main() -> None:
@@ -578,6 +620,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, help="judge.max_tokens for --server")
     parser.add_argument("--traces", type=int, default=4, help="traces judged with --server")
     parser.add_argument(
+        "--max-concurrency", type=int, default=4, help="judge.max_concurrency for --server"
+    )
+    parser.add_argument(
         "--strictness", type=int, default=3, help="ragas AnswerRelevancy questions (default 3)"
     )
     parser.add_argument(
@@ -586,7 +631,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.server:
-        report = asyncio.run(run_server(args.server, args.max_tokens, args.traces))
+        report = asyncio.run(
+            run_server(args.server, args.max_tokens, args.traces, args.max_concurrency)
+        )
     elif args.reference:
         report = print_table(summarise(asyncio.run(run_reference())), reference=True)
     else:

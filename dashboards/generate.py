@@ -1795,6 +1795,39 @@ def operations() -> dict[str, Any]:
             width=8,
         ),
         timeseries(
+            "Judge pace: concurrency and slowdown",
+            [
+                target(
+                    "max by (instance, evaluator)"
+                    ' (ragmon_judge_concurrency_limit{endpoint="chat"})',
+                    "limit {{evaluator}} {{instance}}",
+                ),
+                target(
+                    "max by (instance, evaluator) (ragmon_judge_slowdown_ratio)",
+                    "slowdown {{evaluator}} {{instance}}",
+                ),
+            ],
+            description="Requests the judge lets run at once on its chat endpoint (adaptive, "
+            "from 1 up to judge.max_concurrency) and how much longer replies at that limit take "
+            "than a request alone (1: no queueing). A limit that stays at 1 or 2 is a server "
+            "that computes requests one at a time or splits its cores between them; one at "
+            "judge.max_concurrency serves or batches them in parallel.",
+            width=8,
+        ),
+        timeseries(
+            "Judge server speed (per request)",
+            [
+                target(
+                    "max by (instance, evaluator, phase) (ragmon_judge_tokens_per_second)",
+                    "{{phase}} {{evaluator}} {{instance}}",
+                )
+            ],
+            description="Prompt tokens read and tokens generated per second for one request by "
+            "the judge's chat endpoint, at the concurrency the judge runs it at, fitted from the "
+            "usage its replies report; request deadlines are sized from it.",
+            width=8,
+        ),
+        timeseries(
             "Judge cache hit rate",
             [
                 target(

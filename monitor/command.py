@@ -38,7 +38,7 @@ class ExitCode(IntEnum):
     """Bad configuration, arguments or input file."""
     UNAVAILABLE = 3
     """Could not start or complete: Kafka, a busy port, a missing topic, the store, the
-    service a golden suite runs against."""
+    service a golden suite runs against; `score` with a judge: traces left unjudged."""
     COMPONENT_DIED = 4
     """`demo`: a part died while it ran."""
     FORCED = 130

@@ -570,6 +570,7 @@ class ScoringStage:
     tracker: ConversationTracker
     judge_metrics: JudgeMetrics | None
     token_budget: TokenBudget
+    judge: LLMJudge | RagasEvaluator | None = None
 
 
 async def build_scoring_stage(
@@ -585,9 +586,10 @@ async def build_scoring_stage(
     """Tier 0, the sampler, the judge when configured, and the store and results sinks.
 
     Everything opened is closed by `stack` (each close waiting no longer than the `shutdown`
-    deadline, when given). `judge_everything` (offline scoring) samples every trace;
-    `producer_kwargs` None means no results topic (the file source and offline scoring).
-    `failing` registers the results topic's writes while they retry.
+    deadline, when given). `judge_everything` (offline scoring) samples every trace and sheds
+    none for load (the judge waits out an open circuit instead); `producer_kwargs` None means
+    no results topic (the file source and offline scoring). `failing` registers the results
+    topic's writes while they retry.
     """
 
     def closing(what: str, close: Close, at_most: float | None = None) -> Close:
@@ -623,14 +625,21 @@ async def build_scoring_stage(
     judge_metrics: JudgeMetrics | None = None
     if settings.judge.active:
         judge_metrics = JudgeMetrics(metrics.registry)
+        # offline, every trace was asked for: calls wait out an open circuit
         if settings.judge.backend == "ragas":
-            judge = RagasEvaluator(settings.judge, judge_metrics, budget=sampler.budget)
+            judge = RagasEvaluator(
+                settings.judge,
+                judge_metrics,
+                budget=sampler.budget,
+                wait_for_circuit=judge_everything,
+            )
         else:
             judge = LLMJudge(
                 settings.judge,
                 judge_metrics,
                 budget=sampler.budget,
                 verdicts=StoredVerdicts(store) if store is not None else None,
+                wait_for_circuit=judge_everything,
             )
         stack.push_async_callback(closing("judge", judge.aclose))
     conversation_metrics = ConversationMetrics(metrics.registry, metrics.agent_label)
@@ -657,8 +666,9 @@ async def build_scoring_stage(
         on_skip=lambda reason: metrics.traces_skipped.labels(reason).inc(),
         count_constraints=conversation_metrics.count_constraint_checks,  # traces without one
         estimates=estimates,
+        shed_load=not judge_everything,
     )
-    return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget)
+    return ScoringStage(processor, store, tracker, judge_metrics, sampler.budget, judge)
 
 
 def _estimate_recorder(

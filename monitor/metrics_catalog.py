@@ -151,7 +151,7 @@ RetryOperation = Literal[
     "golden_service",  # a golden-set query to the service under test (bounded: retries)
 ]
 RETRY_OPERATIONS: tuple[RetryOperation, ...] = get_args(RetryOperation)
-JudgeRequestOutcome = Literal["ok", "error", "timeout", "rate_limited", "malformed"]
+JudgeRequestOutcome = Literal["ok", "error", "timeout", "rate_limited", "malformed", "truncated"]
 JUDGE_REQUEST_OUTCOMES: tuple[JudgeRequestOutcome, ...] = get_args(JudgeRequestOutcome)
 JudgeEndpoint = Literal["chat", "embeddings"]
 JUDGE_ENDPOINTS: tuple[JudgeEndpoint, ...] = get_args(JudgeEndpoint)
@@ -165,7 +165,8 @@ ESTIMATE_QUANTITIES = ("mean", "below")
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SCORE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
-JUDGE_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
+JUDGE_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600)
+JUDGE_PACE_PHASES = ("prompt", "generation")
 RATIO_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 MEMORY_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 OUTCOME_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
@@ -490,6 +491,33 @@ JUDGE_CIRCUIT_OPEN = _declare(
         "1 while the judge's circuit breaker is open (calls are not made), per endpoint.",
         ("evaluator", "endpoint"),
         preset={"endpoint": JUDGE_ENDPOINTS},
+    )
+)
+JUDGE_CONCURRENCY_LIMIT = _declare(
+    MetricSpec(
+        "ragmon_judge_concurrency_limit",
+        Gauge,
+        "Requests the judge lets run at once on an endpoint now (adaptive, up to "
+        "judge.max_concurrency).",
+        ("evaluator", "endpoint"),
+    )
+)
+JUDGE_TOKENS_PER_SECOND = _declare(
+    MetricSpec(
+        "ragmon_judge_tokens_per_second",
+        Gauge,
+        "The judge chat endpoint's observed speed for one request: prompt tokens read and "
+        "tokens generated per second (from the usage the server reports).",
+        ("evaluator", "phase"),
+    )
+)
+JUDGE_SLOWDOWN = _declare(
+    MetricSpec(
+        "ragmon_judge_slowdown_ratio",
+        Gauge,
+        "Judge chat latency at the current concurrency over that of requests alone, for "
+        "requests of the same size (1: no queueing).",
+        ("evaluator",),
     )
 )
 RESULTS_PUBLISHED = _declare(

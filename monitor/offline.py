@@ -233,8 +233,30 @@ class RunSummary:
             parts.append(f"left unjudged {failed} (" + (_listing(reasons) or "judge errors") + ")")
         return "; ".join(parts)
 
+    def unjudged(self) -> tuple[int, str]:
+        """Traces the judge was asked for but did not judge (shed, or left unjudged), and the
+        reasons with their counts (``judge_timeout 2, token_budget 1``)."""
+        failed = sum(
+            n
+            for (ev, outcome), n in self.evaluations.items()
+            if ev in JUDGE_EVALUATORS and outcome == "error"
+        )
+        reasons: Counter[tuple[str, ...]] = Counter(self.shed)
+        for (ev, _metric, reason), n in self.unmeasured.items():
+            if ev in JUDGE_EVALUATORS and reason in JUDGE_FAILURES:
+                reasons[(reason,)] = max(reasons[(reason,)], n)
+        return sum(self.shed.values()) + failed, _listing(reasons) or "judge errors"
+
 
 # Unmeasured reasons that mean the judge failed (not that the trace had nothing to judge).
 JUDGE_FAILURES = frozenset(
-    {"judge_error", "judge_timeout", "malformed_output", "circuit_open", "nan_result"}
+    {
+        "judge_error",
+        "judge_timeout",
+        "malformed_output",
+        "truncated_output",
+        "context_too_long",
+        "circuit_open",
+        "nan_result",
+    }
 )

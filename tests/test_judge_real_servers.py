@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.config.judge import JudgeConfig
-from monitor.daemon import Daemon, SourceSpec
 from monitor.evaluators.judge_client import CallFailure
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.llm import METRICS, LLMJudge
@@ -38,7 +35,7 @@ from monitor.golden.judges import LLMAnswerJudge
 from monitor.models import Constraint, EvaluationResult
 from monitor.sinks.store import Store
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics, produce
+from tests.support.kafka_io import produce
 from tests.support.llama_servers import (
     MODEL_ALIAS,
     SERVER_KINDS,
@@ -48,20 +45,25 @@ from tests.support.llama_servers import (
     RecordingProxy,
     ServerKind,
 )
+from tests.support.score_cli import run_score
 from tests.support.traces import (
-    RunningDaemon,
     encode,
     native_trace,
-    scoring_settings,
+    start_judging_daemon,
     trace_of,
     wait_for,
 )
 
 pytestmark = pytest.mark.slow  # two real model servers, seconds per call
 
-REPO = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 64  # small: the tiny model may repeat itself until the bound, and CPU time is short
-FAILURE_REASONS = {"malformed_output", "judge_error", "judge_timeout", "context_too_long"}
+FAILURE_REASONS = {
+    "malformed_output",
+    "truncated_output",
+    "judge_error",
+    "judge_timeout",
+    "context_too_long",
+}
 CHAT_CONTEXT = 2048  # tokens; the long trace below does not fit
 
 
@@ -122,13 +124,14 @@ def servers(
 
 
 def assert_wire(exchanges: list[Exchange], bound: int = MAX_TOKENS) -> None:
-    """Every call bounded, every reply within the bound; refusals only of the response format
-    (at most one per call) or of a prompt too long for the context."""
+    """Every call bounded (twice the bound for the one repeat of a reply cut at it), every reply
+    within its request's bound; refusals only of the response format (at most one per call) or
+    of a prompt too long for the context."""
     assert exchanges, "the judge made no call"
     for e in exchanges:
-        assert e.max_tokens == bound, e.request.keys()
+        assert e.max_tokens in (bound, 2 * bound), e.request.keys()
         if e.status == 200:
-            assert e.usage("completion_tokens") <= bound
+            assert e.usage("completion_tokens") <= e.max_tokens
         else:
             text = e.error_text.lower()
             assert "response_format" in text or "json" in text or "context" in text, text
@@ -329,27 +332,12 @@ def test_score_command_with_the_llm_judge(servers: Servers, tmp_path: Path) -> N
             for key, value in servers.judge_settings().items()
         },
     }
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "monitor.cli",
-            "score",
-            "--input",
-            str(source),
-            "--output",
-            str(output),
-            "--evaluator",
-            "llm",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_score(source, output, "llm", env, timeout=900)
+    # the long trace cannot be judged (nor, at 64 tokens, perhaps the other): exit 3, one line
+    # with the count and the reasons
+    assert done.returncode == 3, done.stderr[-3000:]
+    last = done.stderr.splitlines()[-1]
+    assert "of 2 traces were not judged (" in last and "context_too_long" in last, last
     results = [
         EvaluationResult.model_validate_json(line) for line in output.read_text().splitlines()
     ]
@@ -373,17 +361,10 @@ async def test_daemon_with_the_judge_over_kafka(
     servers: Servers, kafka_broker: KafkaBroker, topic_prefix: str, tmp_path: Path
 ) -> None:
     servers.reset()
-    await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.in", f"{topic_prefix}.dlq"])
-    settings = scoring_settings(
-        kafka_broker.bootstrap,
-        topic_prefix,
-        tmp_path / "r.db",
-        sampling={"rate": 1.0},
-        judge=servers.judge_settings(),
+    running = await start_judging_daemon(
+        kafka_broker.bootstrap, topic_prefix, tmp_path / "r.db", servers.judge_settings()
     )
-    daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
-    running = RunningDaemon(daemon)
-    await running.started()
+    daemon = running.daemon
     traces = [native_trace(20 + n, conversation_id=f"conv-k{n}", turn=1) for n in range(2)]
     await produce(kafka_broker.bootstrap, f"{topic_prefix}.in", [encode(t) for t in traces])
     value = daemon.metrics.registry.get_sample_value

@@ -165,8 +165,9 @@ async def test_response_format_rejected_with_500_falls_back_once_and_remembers(
     first = await judge.evaluate(judge_trace(1))
     assert first.errors == []
     assert all(first.scores[m].measured for m in METRICS)
-    formats = sorted(r.response_format or "" for r in server.requests)
-    assert formats == ["json_object", "json_object", "json_schema", "json_schema"]
+    # one request at a time at first: the call that waited is sent in the mode learnt meanwhile
+    formats = [r.response_format for r in server.requests]
+    assert formats == ["json_schema", "json_object", "json_object"]
     assert judge.client.circuit.state == "closed"  # a refusal of the format is no outage
     assert judge.client.response_mode == "json_object"
 

@@ -218,8 +218,9 @@ async def test_json_schema_rejected_falls_back_and_remembers(
     first = await judge.evaluate(judge_trace(1))
     assert first.errors == []
     assert first.scores["faithfulness"].value == pytest.approx(2 / 3)
-    modes = sorted(r.response_format or "" for r in server.requests)
-    assert modes == ["json_object", "json_object", "json_schema", "json_schema"]
+    # one request at a time at first: the call that waited is sent in the mode learnt meanwhile
+    modes = [r.response_format for r in server.requests]
+    assert modes == ["json_schema", "json_object", "json_object"]
     for r in server.requests:
         if r.response_format == "json_object":
             assert "JSON" in r.system  # json_object mode needs the word in the prompt
@@ -407,17 +408,103 @@ async def test_malformed_output_retried_once_then_unmeasured(
     assert result.tokens is not None and (result.tokens.input_tokens or 0) > 0  # spent all the same
 
 
-async def test_reply_cut_at_the_token_bound_is_not_retried(
+def _schema_sent(received: Received) -> dict[str, Any]:
+    return dict(received.body["response_format"]["json_schema"]["schema"])
+
+
+async def test_a_reply_cut_at_the_bound_is_retried_once_with_room_and_the_bounded_schema(
     server: OpenAIServer, judge_factory: Any
 ) -> None:
-    # Issue 17 changed this: at temperature 0 with the same max_tokens a retry is cut again.
+    server.script = _per_task({FAITH: [Reply.truncated()]})
+    judge: LLMJudge = judge_factory()
+    result = await judge.evaluate(judge_trace(1))
+    assert result.errors == [] and result.scores["faithfulness"].measured
+    cut, again = server.requests_for(FAITH)
+    assert again.body["max_tokens"] == 2 * cut.body["max_tokens"], "twice the room"
+    assert "maxItems" not in _schema_sent(cut)["properties"]["statements"]
+    bounded = _schema_sent(again)["properties"]["statements"]
+    assert bounded["maxItems"] == 6, "two statements per sentence of the answer"
+    assert bounded["items"]["properties"]["evidence"]["enum"] == ["C1", "C2", None]
+    assert sample(judge, "ragmon_judge_requests_total", evaluator="llm", outcome="truncated") == 1
+    (relevance,) = server.requests_for(REL)
+    assert "maxItems" in json.dumps(relevance.body), "waiting for a slot, sent after the cut"
+
+    # remembered: the next calls are bounded from the start, at the task's own bound
+    await judge.evaluate(judge_trace(2))
+    later = server.requests_for(FAITH)[2]
+    assert later.body["max_tokens"] == cut.body["max_tokens"]
+    assert _schema_sent(later)["properties"]["statements"]["maxItems"] == 6
+    assert judge.client.bounded_replies
+
+
+async def test_a_call_that_waited_is_sent_in_the_mode_learnt_and_keeps_the_bounded_schema(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
+    """llama_cpp.server refuses json_schema; the faithfulness call learns json_object and is cut
+    at the bound while the relevance call waits for a slot. The relevance call goes out once, as
+    json_object with the bounded schema: not as json_schema, whose refusal would read as a
+    refusal of the bounded schema and drop it for the endpoint's lifetime."""
+    server.reject_json_schema = True
+    server.script = _per_task({FAITH: [Reply.truncated()]})
+    judge: LLMJudge = judge_factory(max_concurrency=1)
+    result = await judge.evaluate(judge_trace(1))
+    assert result.errors == [] and all(result.scores[m].measured for m in METRICS)
+    (relevance,) = server.requests_for(REL)
+    assert relevance.response_format == "json_object"
+    assert "maxItems" in json.dumps(relevance.body["response_format"])
+    assert judge.client.bounded_replies, "the bounded schema is kept for later calls"
+    await judge.evaluate(judge_trace(2))
+    later = server.requests_for(REL)[1]
+    assert later.response_format == "json_object"
+    assert "maxItems" in json.dumps(later.body["response_format"])
+
+
+async def test_a_reply_cut_twice_is_unmeasured_truncated_output(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
     server.script = lambda r: Reply.truncated() if r.task == FAITH else None
     judge: LLMJudge = judge_factory()
     result = await judge.evaluate(judge_trace(1))
-    assert len(server.requests_for(FAITH)) == 1
-    assert result.scores["faithfulness"].reason == "malformed_output"
+    assert len(server.requests_for(FAITH)) == 2
+    assert result.scores["faithfulness"].reason == "truncated_output"
     assert any("finish_reason=length" in e for e in result.errors)
     assert result.scores["context_precision"].measured
+    assert sample(judge, "ragmon_judge_requests_total", evaluator="llm", outcome="truncated") == 2
+
+
+async def test_a_server_refusing_the_bounded_schema_gets_the_task_schema_with_more_room(
+    server: OpenAIServer, judge_factory: Any
+) -> None:
+    """OpenAI's strict mode may refuse caps it does not support: the cut call is repeated with
+    the task's own schema and twice the room, and the caps are not sent again."""
+    cuts = [Reply.truncated()]
+
+    def script(r: Received) -> Reply | None:
+        if r.task != FAITH:
+            return None
+        if "maxItems" in json.dumps(r.body["response_format"]):
+            return Reply.error(
+                400,
+                body={
+                    "error": {
+                        "message": "response_format: 'maxItems' is not permitted",
+                        "type": "invalid_request",
+                    }
+                },
+            )
+        return cuts.pop() if cuts else None
+
+    server.script = script
+    judge: LLMJudge = judge_factory()
+    result = await judge.evaluate(judge_trace(1))
+    assert result.errors == [] and result.scores["faithfulness"].measured
+    cut, refused, again = server.requests_for(FAITH)
+    assert refused.body["max_tokens"] == again.body["max_tokens"] == 2 * cut.body["max_tokens"]
+    assert "maxItems" not in json.dumps(again.body["response_format"])
+    assert judge.client.response_mode == "json_schema", "the response format itself is fine"
+    server.script = lambda r: Reply.truncated() if r.task == FAITH else None
+    await judge.evaluate(judge_trace(2))
+    assert all("maxItems" not in json.dumps(r.body) for r in server.requests_for(FAITH)[3:])
 
 
 async def test_malformed_then_good_is_measured(server: OpenAIServer, judge_factory: Any) -> None:
@@ -427,6 +514,13 @@ async def test_malformed_then_good_is_measured(server: OpenAIServer, judge_facto
     assert result.errors == []
     assert all(result.scores[m].measured for m in METRICS)
     assert len(server.requests) == 4
+    # the repeat spells out what a reply must hold: every context once, by the labels shown
+    first, again = server.requests_for(REL)
+    assert "maxItems" not in json.dumps(first.body["response_format"])
+    contexts = _schema_sent(again)["properties"]["contexts"]
+    assert contexts["minItems"] == contexts["maxItems"] == 2
+    assert contexts["items"]["properties"]["id"]["enum"] == ["C1", "C2"]
+    assert judge.client.bounded_replies, "it worked: bounded from the start from now on"
 
 
 async def test_non_conforming_server_replies(server: OpenAIServer, judge_factory: Any) -> None:

@@ -6,43 +6,32 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.support.openai_server import OpenAIServer, Reply
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.openai_server import OpenAIServer, Received, Reply
+from tests.support.score_cli import run_score
 
 
 def _score(
-    tmp_path: Path, evaluator: str, **env: str
+    tmp_path: Path, evaluator: str, *flags: str, **env: str
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
     output = tmp_path / "results.jsonl"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
     full_env.update({"RAGMON_STORE__URL": f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", **env})
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "monitor.cli",
-            "score",
-            "--input",
-            "examples/traces.jsonl",
-            "--output",
-            str(output),
-            "--evaluator",
-            evaluator,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full_env,
-    )
+    result = run_score("examples/traces.jsonl", output, evaluator, full_env, *flags)
     rows = [json.loads(line) for line in output.read_text().splitlines()] if output.exists() else []
     return result, rows
+
+
+def _score_with_judge(
+    tmp_path: Path, script: Callable[[Received], Reply | None] | None, *flags: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
+    """`_score` with ``--evaluator llm`` against a scripted judge server."""
+    with OpenAIServer(script=script) as server:
+        return _score(tmp_path, "llm", *flags, RAGMON_JUDGE__BASE_URL=server.url, **env)
 
 
 @pytest.mark.slow
@@ -60,21 +49,10 @@ def test_heuristic_scoring_writes_results_turns_and_a_summary(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("evaluator", ["llm"])
-def test_judge_scoring_judges_every_trace(tmp_path: Path, evaluator: str) -> None:
-    server = OpenAIServer()
-    server.start_in_thread()
-    try:
-        result, rows = _score(
-            tmp_path,
-            evaluator,
-            RAGMON_JUDGE__BASE_URL=server.url,
-            RAGMON_JUDGE__API_KEY="sk-offline-test",
-        )
-    finally:
-        server.stop_in_thread()
+def test_judge_scoring_judges_every_trace(tmp_path: Path) -> None:
+    result, rows = _score_with_judge(tmp_path, None, RAGMON_JUDGE__API_KEY="sk-offline-test")
     assert result.returncode == 0, result.stderr
-    judged = [r for r in rows if r["evaluator"] == evaluator]
+    judged = [r for r in rows if r["evaluator"] == "llm"]
     assert len(judged) == 6, "offline scoring samples every trace"
     assert "sk-offline-test" not in result.stdout + result.stderr
 
@@ -91,50 +69,124 @@ def _judge_line(stdout: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_summary_reports_traces_shed_for_load_by_reason(tmp_path: Path) -> None:
-    """A token budget of one token: the first trace is judged, the budget is then spent, and
-    the other five are shed (token_budget) -- the summary says so."""
-    server = OpenAIServer()
-    server.start_in_thread()
-    try:
-        result, rows = _score(
-            tmp_path,
-            "llm",
-            RAGMON_JUDGE__BASE_URL=server.url,
-            RAGMON_SAMPLING__TOKEN_BUDGET_PER_HOUR="1",
-        )
-    finally:
-        server.stop_in_thread()
-    assert result.returncode == 0, result.stderr
+def test_a_token_budget_still_caps_offline_judging_and_the_exit_says_so(tmp_path: Path) -> None:
+    """A token budget of one token (a cap the user set, the one thing offline scoring still
+    sheds for): one trace at a time (--max-concurrency 1), the first is judged, the budget is
+    then spent and the other five are shed (token_budget); exit 3 with the counts."""
+    result, rows = _score_with_judge(
+        tmp_path,
+        None,
+        "--max-concurrency",
+        "1",
+        RAGMON_SAMPLING__TOKEN_BUDGET_PER_HOUR="1",
+    )
+    assert result.returncode == 3, result.stderr
     assert len([r for r in rows if r["evaluator"] == "llm"]) == 1
     assert _judge_line(result.stdout) == (
         "judge: 6 traces selected (sampled 1, priority 0), 0 not in the sample;"
         " shed 5 (token_budget 5); judged 1"
     )
     assert result.stdout.startswith("scored 1 traces (1 rejected lines)")
+    assert result.stderr.splitlines()[-1].startswith(
+        "rag-monitor: 5 of 6 traces were not judged (token_budget 5)"
+    )
 
 
 @pytest.mark.slow
 def test_the_summary_reports_traces_left_unjudged_by_reason(tmp_path: Path) -> None:
     """A judge endpoint that fails every call: each trace is left unjudged (judge_error)."""
-    server = OpenAIServer(script=lambda received: Reply.error(500))
-    server.start_in_thread()
-    try:
-        result, _rows = _score(
-            tmp_path,
-            "llm",
-            RAGMON_JUDGE__BASE_URL=server.url,
-            RAGMON_JUDGE__MAX_RETRIES="0",
-            RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
-        )
-    finally:
-        server.stop_in_thread()
-    assert result.returncode == 0, result.stderr
+    result, _rows = _score_with_judge(
+        tmp_path,
+        lambda received: Reply.error(500),
+        RAGMON_JUDGE__MAX_RETRIES="0",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
+    )
+    assert result.returncode == 3, result.stderr
     line = _judge_line(result.stdout)
     # Offline scoring draws every trace, and a drawn priority counts as drawn.
     assert line.startswith("judge: 6 traces selected (sampled 6, priority 0)"), line
     assert line.endswith("judged 0; left unjudged 6 (judge_error 6)"), line
     assert "unmeasured (llm) judge_error: " in result.stdout
+    assert result.stderr.splitlines()[-1] == (
+        "rag-monitor: 6 of 6 traces were not judged (judge_error 6); their llm results are"
+        f" unmeasured or missing in {tmp_path / 'results.jsonl'}"
+    )
+
+
+@pytest.mark.slow
+def test_a_slow_judge_is_waited_for_and_nothing_is_shed(tmp_path: Path) -> None:
+    """Every reply takes 0.4 s and one counted failure would open the circuit: the deadlines
+    follow the server's pace instead of a fixed timeout, nothing times out or is shed, and
+    every trace is judged."""
+    result, rows = _score_with_judge(
+        tmp_path,
+        lambda received: Reply(delay=0.4),
+        RAGMON_JUDGE__TIMEOUT_FLOOR_SECONDS="0.1",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert _judge_line(result.stdout) == (
+        "judge: 6 traces selected (sampled 6, priority 0), 0 not in the sample; judged 6"
+    )
+    assert len([r for r in rows if r["evaluator"] == "llm"]) == 6
+
+
+@pytest.mark.slow
+def test_an_open_circuit_is_waited_out_and_nothing_is_shed(tmp_path: Path) -> None:
+    """One trace at a time; both requests of the first fail and one failure opens the circuit
+    for a second. The daemon's judge would fail the calls that find it open (circuit_open);
+    offline they wait for the probe, and every other trace is judged."""
+    failures = [Reply.error(500), Reply.error(500)]
+
+    def first_two_fail(received: Received) -> Reply | None:
+        return failures.pop() if failures else None
+
+    result, rows = _score_with_judge(
+        tmp_path,
+        first_two_fail,
+        "--max-concurrency",
+        "1",
+        RAGMON_JUDGE__MAX_RETRIES="0",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="1",
+        RAGMON_JUDGE__CIRCUIT_RESET_SECONDS="1",
+    )
+    assert result.returncode == 3, result.stderr
+    assert _judge_line(result.stdout).endswith("judged 5; left unjudged 1 (judge_error 1)")
+    assert "circuit_open" not in result.stdout + result.stderr
+    assert '"state": "open"' in result.stderr, "the circuit did open"
+    judged = [r for r in rows if r["evaluator"] == "llm"]
+    assert len(judged) == 6
+    failed = {
+        str(r["trace_id"])
+        for r in judged
+        for score in r["scores"].values()  # type: ignore[attr-defined]
+        if score["value"] is None and score["reason"] in ("judge_error", "circuit_open")
+    }
+    assert len(failed) == 1, "only the first trace's calls failed"
+
+
+@pytest.mark.slow
+def test_the_timeout_flag_fixes_the_time_limit_of_every_request(tmp_path: Path) -> None:
+    result, _rows = _score_with_judge(
+        tmp_path,
+        lambda received: Reply(delay=0.6),
+        "--timeout",
+        "0.2",
+        RAGMON_JUDGE__MAX_RETRIES="0",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="100",
+    )
+    assert result.returncode == 3, result.stderr
+    assert "judge_timeout 6" in result.stderr.splitlines()[-1]
+    assert "timed out after 0.2 s" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--max-concurrency", "0"), ("--timeout", "-1"), ("--timeout", "inf")]
+)
+def test_bad_pacing_flags_are_usage_errors(tmp_path: Path, flag: str, value: str) -> None:
+    result, _rows = _score(tmp_path, "llm", flag, value, RAGMON_JUDGE__BASE_URL="http://x/v1")
+    assert result.returncode == 2
+    assert flag in result.stderr
 
 
 def test_the_summary_counts_the_priorities_the_cap_skipped() -> None:

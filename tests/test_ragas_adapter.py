@@ -422,6 +422,33 @@ async def test_circuit_opens_while_the_endpoint_is_down_and_recovers(
     assert not evaluator.circuit_open
 
 
+async def test_offline_evaluations_wait_out_an_open_circuit(
+    server: OpenAIServer, make_evaluator: Callable[..., Any]
+) -> None:
+    """``score --evaluator ragas`` sheds nothing: an evaluation that finds the circuit open
+    waits for the next probe (the server restarted meanwhile) instead of ending circuit_open,
+    where the daemon's evaluation is refused at once."""
+    config = make_config(
+        server, max_retries=0, circuit_failure_threshold=2, circuit_reset_seconds=2.0
+    )
+    offline = make_evaluator(config, enabled=["faithfulness"], wait_for_circuit=True)
+    daemon = make_evaluator(config, enabled=["faithfulness"])
+    await server.stop()
+    for evaluator in (offline, daemon):
+        for _ in range(2):
+            down = await evaluator.evaluate(EN)
+            assert down.scores["faithfulness"].reason == "judge_error"
+        assert evaluator.circuit_open
+    await server.start()
+    server.reset()
+    refused = await daemon.evaluate(EN)
+    assert refused.scores["faithfulness"].reason == "circuit_open"
+    waited = await offline.evaluate(EN)
+    assert waited.scores["faithfulness"].value == pytest.approx(0.5)
+    assert not offline.circuit_open
+    assert len(chat(server)) > 0, "the probe went out and was answered"
+
+
 # ---------------------------------------------------------------------------------------------
 # telemetry and packaging
 

@@ -93,13 +93,33 @@ class JudgeConfig(Section):
         "as llama.cpp servers take it), or auto: json_schema, falling back once on a rejection "
         "that names the response format, remembered",
     )
-    timeout_seconds: float = Field(default=30.0, gt=0)
+    timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="a fixed time limit for every judge request; null: each request's deadline "
+        "follows its size (expected prompt processing and generation at the server's observed "
+        "speed), within timeout_floor_seconds and timeout_ceiling_seconds",
+    )
+    timeout_floor_seconds: float = Field(
+        default=30.0, gt=0, description="the shortest deadline a request gets (null timeout)"
+    )
+    timeout_ceiling_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="the longest deadline a request gets, and the deadline of the first "
+        "requests, before the server's speed is known (null timeout)",
+    )
     max_retries: int = Field(default=4, ge=0, le=20)
     backoff_base_seconds: float = Field(default=0.5, ge=0)
     backoff_max_seconds: float = Field(default=30.0, ge=0)
     circuit_failure_threshold: int = Field(default=5, ge=1)
     circuit_reset_seconds: float = Field(default=30.0, gt=0)
-    max_concurrency: int = Field(default=4, ge=1)
+    max_concurrency: int = Field(
+        default=4,
+        ge=1,
+        description="upper bound of the judge's adaptive concurrency: requests in flight to "
+        "one endpoint (and traces judged at once)",
+    )
     max_context_chunks: int = Field(default=5, ge=1, description="K: chunks judged per trace")
     max_chars_per_chunk: int = Field(default=2000, ge=100)
     cache_ttl_seconds: float = Field(default=3600.0, ge=0, description="0 disables the cache")
@@ -120,6 +140,15 @@ class JudgeConfig(Section):
         return value
 
     @model_validator(mode="after")
+    def _check_timeout_bounds(self) -> JudgeConfig:
+        if self.timeout_floor_seconds > self.timeout_ceiling_seconds:
+            raise ValueError(
+                "timeout_floor_seconds must not exceed timeout_ceiling_seconds "
+                f"({self.timeout_floor_seconds:g} > {self.timeout_ceiling_seconds:g})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_azure(self) -> JudgeConfig:
         if self.azure_api_version and not self.base_url:
             raise ValueError(
@@ -135,6 +164,14 @@ class JudgeConfig(Section):
     def active(self) -> bool:
         """Whether the daemon should run the judge: enabled explicitly, or an endpoint is set."""
         return self.enabled or self.base_url is not None
+
+    @property
+    def longest_request_seconds(self) -> float:
+        """The time limit of a request no size-based deadline applies to (the HTTP client's own
+        bound, ragas's requests): ``timeout_seconds`` when set, else the ceiling."""
+        if self.timeout_seconds is not None:
+            return self.timeout_seconds
+        return self.timeout_ceiling_seconds
 
     def header_values(self) -> dict[str, str]:
         """The extra headers in the form the HTTP client takes (never log this)."""

@@ -8,19 +8,26 @@
   a server restart the traces that came in during the probe are judged, not marked
   ``circuit_open``.
 
-A failure is an attempt that says the endpoint is unusable (connection refused or reset, timeout,
-5xx, 401/403); the caller decides. Any other answer (200, 429, 400, 404/501 for an unsupported
-route) counts as a success: the endpoint is up. Not thread-safe; meant for one asyncio loop.
+A failure is an attempt that says the endpoint is unusable (connection refused or reset, 5xx,
+401/403, a timeout of a request that ran alone); the caller decides. Any other answer (200, 429,
+400, 404/501 for an unsupported route) counts as a success: the endpoint is up.
+
+``admit(wait=True)`` (offline scoring, which must judge everything it was given) also waits out
+an open circuit: the caller sleeps until the probe may go instead of failing, so a server that
+restarts mid-run loses nothing. Only after :data:`PATIENT_PROBES` probes in a row have failed
+does it stop waiting (the endpoint is down, not restarting), so a dead server ends the run
+instead of hanging it. Not thread-safe; meant for one asyncio loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 CircuitState = Literal["closed", "open", "half_open"]
+PATIENT_PROBES = 3
 
 
 class CircuitBreaker:
@@ -30,11 +37,14 @@ class CircuitBreaker:
         reset_seconds: float,
         *,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_change: Callable[[CircuitState], None] | None = None,
     ) -> None:
         self.failure_threshold = failure_threshold
         self.reset_seconds = reset_seconds
+        self.failed_probes = 0  # probes in a row that failed (reset by any success)
         self._clock = clock
+        self._sleep = sleep
         self._on_change = on_change
         self._state: CircuitState = "closed"
         self._failures = 0
@@ -72,25 +82,31 @@ class CircuitBreaker:
         self._probe_settled = asyncio.Event()
         return True
 
-    async def admit(self) -> bool:
+    async def admit(self, *, wait: bool = False) -> bool:
         """Reserve one attempt, waiting for an outstanding probe's verdict: True to go ahead,
-        False when the circuit is (or the probe left it) open."""
+        False when the circuit is (or the probe left it) open. With `wait`, an open circuit is
+        waited out too, until :data:`PATIENT_PROBES` probes in a row have failed."""
         while True:
             if self.allow():
                 return True
             settled = self._probe_settled
-            if self._state != "half_open" or settled is None:
+            if self._state == "half_open" and settled is not None:
+                await settled.wait()
+            elif wait and self._state == "open" and self.failed_probes < PATIENT_PROBES:
+                await self._sleep(max(0.0, self._opened_at + self.reset_seconds - self._clock()))
+            else:
                 return False
-            await settled.wait()
 
     def record_success(self) -> None:
         self._failures = 0
+        self.failed_probes = 0
         self._settle_probe()
         self._set("closed")
 
     def record_failure(self) -> None:
         self._failures += 1
         if self._state == "half_open":
+            self.failed_probes += 1
             self._open()
             self._settle_probe()
         elif self._state == "closed" and self._failures >= self.failure_threshold:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
@@ -67,6 +67,7 @@ class Prompt:
     user: str
     schema: dict[str, Any]
     max_tokens: int = MAX_REPLY_TOKENS  # bound on the reply (see :func:`reply_tokens`)
+    bounded_schema: dict[str, Any] | None = None  # see :func:`bounded_schema`
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,6 +102,55 @@ def reply_tokens(schema: Mapping[str, Any], items: Mapping[str, int]) -> int:
 
     budget = math.ceil(size(schema, "") * 1.25 / 64) * 64
     return max(MIN_REPLY_TOKENS, min(MAX_REPLY_TOKENS, budget))
+
+
+BOUNDED_TEXT_CHARS = 240  # a free-text string of a bounded reply (a statement, a reason)
+BOUNDED_LABEL_CHARS = 16  # an id of a bounded reply that has no list of labels to choose from
+
+
+def bounded_schema(
+    schema: Mapping[str, Any],
+    items: Mapping[str, int],
+    *,
+    least: Mapping[str, int] | None = None,
+    labels: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Any]:
+    """`schema` with every reply bounded by the schema itself, for a model that runs away
+    (repeats an array entry or a phrase until ``max_tokens`` cuts it): each array at most its
+    expected number of items (`items`, by property name) and at least `least` of them; each
+    free-text string at most :data:`BOUNDED_TEXT_CHARS` characters, an id one of `labels`
+    (by property name) or at most :data:`BOUNDED_LABEL_CHARS`. Servers that constrain output to
+    the schema (llama.cpp's) then end the reply where the schema ends."""
+    floor = least or {}
+    choices = labels or {}
+
+    def bound(node: Mapping[str, Any], name: str) -> dict[str, Any]:
+        out = dict(node)
+        if "anyOf" in node:
+            out["anyOf"] = [bound(option, name) for option in node["anyOf"]]
+            return out
+        kind = node.get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if "object" in kinds:
+            props: Mapping[str, Any] = node.get("properties", {})
+            out["properties"] = {key: bound(sub, key) for key, sub in props.items()}
+        elif "array" in kinds:
+            out["items"] = bound(node.get("items", {}), name)
+            most = max(0, items.get(name, 1))
+            out["maxItems"] = most
+            if floor.get(name):
+                out["minItems"] = min(most, floor[name])
+        elif "string" in kinds and "enum" not in node:
+            if choices.get(name):
+                allowed: list[str | None] = list(choices[name])
+                out["enum"] = [*allowed, None] if "null" in kinds else allowed
+            elif name in _SHORT_TEXT_FIELDS:
+                out["maxLength"] = BOUNDED_LABEL_CHARS
+            else:
+                out["maxLength"] = BOUNDED_TEXT_CHARS
+        return out
+
+    return bound(schema, "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,10 +530,16 @@ _TASKS: dict[TaskName, tuple[str, str, dict[str, Any]]] = {
 
 
 def build_prompt(
-    task: TaskName, language: PromptLanguage, data: str, items: Mapping[str, int]
+    task: TaskName,
+    language: PromptLanguage,
+    data: str,
+    items: Mapping[str, int],
+    *,
+    least: Mapping[str, int] | None = None,
+    labels: Mapping[str, Sequence[str]] | None = None,
 ) -> Prompt:
     en, ja, schema = _TASKS[task]
-    return compose_prompt(task, language, (en, ja), schema, data, items)
+    return compose_prompt(task, language, (en, ja), schema, data, items, least=least, labels=labels)
 
 
 def compose_prompt(
@@ -493,10 +549,14 @@ def compose_prompt(
     schema: dict[str, Any],
     data: str,
     items: Mapping[str, int],
+    *,
+    least: Mapping[str, int] | None = None,
+    labels: Mapping[str, Sequence[str]] | None = None,
 ) -> Prompt:
     """A judge prompt: the shared injection-resistant preamble, the task's instructions
     (``(english, japanese)``) and `data` (already serialised with :func:`dump_data`); its reply
-    bound is sized from `schema` with `items` expected entries per array property."""
+    bound is sized from `schema` with `items` expected entries per array property, which also
+    bound the arrays of its :func:`bounded_schema` (with `least` and `labels`)."""
     en, ja = instructions
     if language == "ja":
         system, tail = f"{_JA_PREAMBLE}\n\n{ja}", _JA_TAIL
@@ -508,6 +568,7 @@ def compose_prompt(
         user=f"<data>\n{data}\n</data>\n{tail}",
         schema=schema,
         max_tokens=reply_tokens(schema, items),
+        bounded_schema=bounded_schema(schema, items, least=least, labels=labels),
     )
 
 
@@ -518,7 +579,8 @@ def expected_statements(text: str) -> int:
 
 def faithfulness_prompt(inp: JudgeInput) -> Prompt:
     items = {"statements": expected_statements(inp.answer)}
-    return build_prompt("ragmon_faithfulness", inp.language, inp.data(), items)
+    labels = {"evidence": [c.label for c in inp.contexts]}
+    return build_prompt("ragmon_faithfulness", inp.language, inp.data(), items, labels=labels)
 
 
 def relevance_prompt(inp: JudgeInput) -> Prompt:
@@ -527,13 +589,25 @@ def relevance_prompt(inp: JudgeInput) -> Prompt:
         "contexts": len(inp.contexts),
         "relevant_sentences": max((len(c.sentences) for c in inp.contexts), default=1),
     }
-    return build_prompt("ragmon_relevance", inp.language, inp.data(), items)
+    least = {"aspects": 1, "contexts": len(inp.contexts)}
+    labels = {"id": [c.label for c in inp.contexts]}
+    return build_prompt(
+        "ragmon_relevance", inp.language, inp.data(), items, least=least, labels=labels
+    )
 
 
 def turn_prompt(inp: TurnInput) -> Prompt:
     constraints = len(inp.constraints)
     items = {"verdicts": constraints, "withdrawn": constraints, "new_constraints": 3, "value": 3}
-    return build_prompt("ragmon_turn", inp.language, inp.data(), items)
+    ids = [label for label, _, _ in inp.constraints]
+    return build_prompt(
+        "ragmon_turn",
+        inp.language,
+        inp.data(),
+        items,
+        least={"verdicts": constraints},
+        labels={"id": ids, "withdrawn": ids},
+    )
 
 
 # ---------------------------------------------------------------------------------------------

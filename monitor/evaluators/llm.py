@@ -18,9 +18,11 @@ computed is unmeasured (``Score(value=None, reason=...)``), never 0 and never Na
 ``no_contexts``, ``contexts_without_text`` (the trace's retrieved documents carry no text:
 faithfulness and the context scores are not asked for), ``empty_answer``, ``no_question``,
 ``no_claims`` (the answer states nothing to check), or the call's failure: ``judge_timeout``,
-``malformed_output``, ``judge_error``, ``circuit_open``. While the circuit breaker is open,
+``malformed_output``, ``truncated_output`` (cut at ``max_tokens`` twice), ``judge_error``,
+``circuit_open``, ``context_too_long``. While the circuit breaker is open,
 :meth:`LLMJudge.evaluate` returns at once with every score unmeasured ``circuit_open`` (a cached
-verdict is still served).
+verdict is still served) -- unless the judge was made with ``wait_for_circuit`` (offline
+scoring), whose calls wait for the circuit's next probe instead.
 
 Cache: verdicts of a fully successful evaluation are kept (TTL + LRU) under the prompt version,
 the model and the SHA-256 of the redacted, truncated question + contexts + answer. A hit makes no
@@ -163,6 +165,7 @@ class LLMJudge:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        wait_for_circuit: bool = False,
     ) -> None:
         self.config = config
         self.metrics = metrics if metrics is not None else JudgeMetrics(CollectorRegistry())
@@ -172,7 +175,14 @@ class LLMJudge:
             config.cache_ttl_seconds, config.cache_max_entries, clock=clock
         )
         self._client = JudgeClient(
-            config, self.metrics, self.name, budget=budget, clock=clock, sleep=sleep, rng=rng
+            config,
+            self.metrics,
+            self.name,
+            budget=budget,
+            clock=clock,
+            sleep=sleep,
+            rng=rng,
+            wait_for_circuit=wait_for_circuit,
         )
         self._clock = clock
         self.verdicts = verdicts  # this trace's verdicts, kept across restarts
@@ -190,6 +200,10 @@ class LLMJudge:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    def _refused_now(self) -> bool:
+        """Whether calls now would fail at once (the circuit is open and nobody waits it out)."""
+        return not self._client.wait_for_circuit and self._client.circuit.blocked()
 
     # -----------------------------------------------------------------------------------------
 
@@ -270,7 +284,7 @@ class LLMJudge:
 
         need_faith = bool(inp.contexts) and bool(inp.answer)
         need_rel = bool(inp.question and inp.answer) or bool(inp.contexts)
-        if (need_faith or need_rel) and self._client.circuit.blocked():
+        if (need_faith or need_rel) and self._refused_now():
             return self._result(
                 trace, _unmeasured("circuit_open"), [], None, started, ["circuit breaker open"]
             )
@@ -462,7 +476,7 @@ class LLMJudge:
         )
         tally = TokenTally()
         parsed: ParsedTurn | CallFailure
-        if self._client.circuit.blocked():
+        if self._refused_now():
             parsed = CallFailure("circuit_open", "circuit breaker open")
         else:
             parsed = await self._guarded(

@@ -67,7 +67,8 @@ def _client(
     key = api_key.get_secret_value() if api_key is not None else NO_KEY
     headers = config.header_values() or None
     timeout = httpx.Timeout(
-        config.timeout_seconds, connect=min(config.timeout_seconds, CONNECT_TIMEOUT_SECONDS)
+        config.longest_request_seconds,
+        connect=min(config.longest_request_seconds, CONNECT_TIMEOUT_SECONDS),
     )
     http_client = None
     if event_hooks is not None:

@@ -25,7 +25,7 @@ in one batched request -- ragas's own ``ascore`` calls the blocking ``embed_text
 As in the judge: the same K first chunks (``max_context_chunks``, rank order when every chunk
 has a rank) truncated to ``max_chars_per_chunk``; everything sent -- question, answer, chunks,
 reference -- passes through :class:`~monitor.evaluators.redaction.Redactor` first. Each metric is
-bounded by ``asyncio.wait_for`` (``metric_timeout_seconds``, default 4 x ``timeout_seconds``);
+bounded by ``asyncio.wait_for`` (``metric_timeout_seconds``, default 4 x the request timeout);
 metrics run concurrently, at most ``max_concurrency`` at a time. The openai client has an
 explicit timeout and retry count (:func:`~monitor.evaluators.ragas_runtime.make_openai_clients`);
 a reply that is not the expected JSON is retried once (instructor ``max_retries=1``).
@@ -39,7 +39,12 @@ metrics (answer relevancy, semantic similarity, answer correctness) are clamped 
 
 A circuit breaker (``circuit_failure_threshold``, ``circuit_reset_seconds``) opens after
 evaluations whose metrics all failed on the endpoint (timeouts, connection errors, 5xx,
-401/403/404); while open, metrics that need the endpoint are unmeasured ``circuit_open``.
+401/403/404); while open, metrics that need the endpoint are unmeasured ``circuit_open`` (with
+``wait_for_circuit``, offline scoring, evaluations wait for the next probe instead).
+
+Pacing: ragas makes the calls, so the judge's adaptive concurrency and size-based deadlines do
+not reach them: at most ``max_concurrency`` metrics run at once, and every request has the
+fixed ``timeout_seconds`` or, when that is null, ``timeout_ceiling_seconds``.
 
 ``tokens`` on the result: prompt + completion tokens from ``usage`` of every response of the
 evaluation (chat completions and embeddings, retries included).
@@ -238,6 +243,7 @@ class RagasEvaluator:
         answer_relevancy_strictness: int = 3,
         budget: TokenBudget | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wait_for_circuit: bool = False,
     ) -> None:
         unknown = [m for m in (*enabled, *reference_metrics) if m not in ALL_METRICS]
         if unknown:
@@ -254,10 +260,11 @@ class RagasEvaluator:
         self.metric_timeout_seconds = (
             metric_timeout_seconds
             if metric_timeout_seconds is not None
-            else 4.0 * config.timeout_seconds
+            else 4.0 * config.longest_request_seconds
         )
         self.embedding_model = embedding_model or config.embedding_model or DEFAULT_EMBEDDING_MODEL
         self._clock = clock
+        self.wait_for_circuit = wait_for_circuit
         self._semaphore = asyncio.Semaphore(config.max_concurrency)
         self._circuit = CircuitBreaker(
             config.circuit_failure_threshold,
@@ -379,7 +386,7 @@ class RagasEvaluator:
         errors: list[str] = []
         tally, token = start_tally()
         try:
-            if runs and not await self._circuit.admit():
+            if runs and not await self._circuit.admit(wait=self.wait_for_circuit):
                 for metric in runs:
                     scores[metric] = Score.unmeasured("circuit_open")
                 errors.append("circuit breaker open")

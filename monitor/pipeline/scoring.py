@@ -5,11 +5,13 @@ earlier turns), the evaluators run on the numbered trace, and each result goes t
 topic, then to the store (with the conversation's turn row and the turns it moved, in one
 step) and the metrics. A trace is finished (its offset committable) once its results are
 published and stored, and, when it was sampled, once the judge has answered or given up. Judge
-work beyond the queue bound is shed and counted; it never blocks consumption. With a judge,
-each trace's tier-0 predictions of the judge's scores (by the calibration of when the trace was
-read, not of when it is scored) are counted for the population estimates, and a judged result
-carries its `selection` (why it was judged) and, from the uniform draw, joins the estimates'
-sample (monitor.estimates).
+work beyond the queue bound is shed and counted; it never blocks consumption. Offline scoring
+(``shed_load=False``) asked for every trace to be judged: nothing is shed for load (queue,
+lowered rate, open circuit) there; the token budget, a spending cap the user set, still
+applies. With a judge, each trace's tier-0 predictions of the judge's scores (by the calibration
+of when the trace was read, not of when it is scored) are counted for the population estimates,
+and a judged result carries its `selection` (why it was judged) and, from the uniform draw,
+joins the estimates' sample (monitor.estimates).
 
 Tier 0 checks the constraints a trace carries (those with a `kind`), with or without a
 conversation; the judge's result carries the same verdicts. The verdicts of a trace without a
@@ -137,10 +139,12 @@ class ScoringProcessor:
         offload_chars: int = DEFAULT_OFFLOAD_CHARS,
         conversations: ConversationTracker | None = None,
         on_skip: Callable[[str], None] | None = None,
+        shed_load: bool = True,
         count_constraints: Callable[[str, Sequence[ConstraintVerdict]], None] | None = None,
         estimates: EstimateRecorder | None = None,
     ) -> None:
         self._tier0 = tier0
+        self._shed_load = shed_load
         self._offload_chars = offload_chars
         self._metrics = metrics
         self._sampler = sampler
@@ -248,15 +252,7 @@ class ScoringProcessor:
             if count:
                 self._metrics.sampler_decisions.labels(agent, decision).inc()
             return selection, None
-        shed_reason = None
-        if decision == "rate_lowered":
-            shed_reason = "rate_lowered"
-        elif self._judge.circuit_open:
-            shed_reason = "circuit_open"
-        elif not self._sampler.budget_allows():
-            shed_reason = "token_budget"
-        elif self._judge_depth >= self._sampler.config.queue_size:
-            shed_reason = "queue_full"
+        shed_reason = self._shed_reason(decision)
         if shed_reason is not None:
             if count:
                 self._metrics.sampler_decisions.labels(agent, "shed").inc()
@@ -267,6 +263,21 @@ class ScoringProcessor:
         self._judge_depth += 1
         self._metrics.judge_queue.set(self._judge_depth)
         return selection, asyncio.create_task(self._run_judge(trace))
+
+    def _shed_reason(self, decision: str) -> str | None:
+        """Why judge work is dropped now, or None to judge the trace."""
+        assert self._judge is not None
+        if not self._shed_load:
+            return None if self._sampler.budget_allows() else "token_budget"
+        if decision == "rate_lowered":
+            return "rate_lowered"
+        if self._judge.circuit_open:
+            return "circuit_open"
+        if not self._sampler.budget_allows():
+            return "token_budget"
+        if self._judge_depth >= self._sampler.config.queue_size:
+            return "queue_full"
+        return None
 
     async def _run_judge(self, trace: Trace) -> EvaluationResult | None:
         assert self._judge is not None

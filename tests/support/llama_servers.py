@@ -82,7 +82,10 @@ class ModelServer:
 
     `context` is the context size in tokens (a small one makes context-overflow tests cheap);
     `embeddings` starts it as an embeddings server (llama.cpp serves chat and embeddings from
-    separate processes)."""
+    separate processes). `defaults` starts it as a user would, with the model and the port and
+    no tuning at all: the server picks its context, threads and slots (llama-server: the
+    model's context, every core, 4 slots; llama_cpp.server: 2048 tokens, half the cores, one
+    request at a time); `context` and `threads` are then ignored."""
 
     def __init__(
         self,
@@ -92,8 +95,10 @@ class ModelServer:
         embeddings: bool = False,
         context: int = 4096,
         threads: int = 1,
+        defaults: bool = False,
     ) -> None:
         self.kind = kind
+        self.defaults = defaults
         self.found = found
         self.embeddings = embeddings
         self.context = context
@@ -108,6 +113,18 @@ class ModelServer:
 
     def command(self) -> list[str]:
         port, model = str(self.port), str(self.found.model)
+        if self.defaults:
+            if self.kind == "llama-server":
+                return [str(self.found.llama_server), "-m", model, "--port", port]
+            return [
+                str(self.found.llama_cpp_python),
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                model,
+                "--port",
+                port,
+            ]
         if self.kind == "llama-server":
             cmd = [str(self.found.llama_server), "-m", model, "--host", "127.0.0.1"]
             cmd += ["--port", port, "-c", str(self.context), "-t", str(self.threads)]
@@ -133,7 +150,9 @@ class ModelServer:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, "OMP_NUM_THREADS": str(self.threads)},
+            env=os.environ
+            if self.defaults
+            else {**os.environ, "OMP_NUM_THREADS": str(self.threads)},
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -12,9 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from monitor.config import Settings
-from monitor.daemon import Daemon
+from monitor.daemon import Daemon, SourceSpec
 from monitor.models import Context, Trace
+from tests.support.kafka_io import create_topics
 
 FIXED_TIME = datetime(2026, 11, 26, tzinfo=UTC)
 
@@ -191,14 +194,23 @@ def scoring_settings(
     return Settings.model_validate(values)
 
 
+async def start_judging_daemon(
+    bootstrap: str, prefix: str, db: Path, judge: dict[str, Any]
+) -> RunningDaemon:
+    """A daemon with the judge (`judge` settings) on every trace (``sampling.rate`` 1.0),
+    reading `<prefix>.in` (created here, with `<prefix>.dlq`), results stored in `db`; started."""
+    await create_topics(bootstrap, [f"{prefix}.in", f"{prefix}.dlq"])
+    settings = scoring_settings(bootstrap, prefix, db, sampling={"rate": 1.0}, judge=judge)
+    running = RunningDaemon(Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry()))
+    await running.started()
+    return running
+
+
 async def replay_with_judge(
     lines: Sequence[dict[str, Any]], folder: Path, rate: float
 ) -> tuple[Daemon, list[Any]]:
     """Replay native traces through the daemon (file source, SQLite store `folder/r.db`) with
     the scripted judge at sampling `rate`; the finished daemon and the judge's requests."""
-    from prometheus_client import CollectorRegistry
-
-    from monitor.daemon import SourceSpec
     from tests.support.openai_server import OpenAIServer
 
     source = folder / "traces.jsonl"
