@@ -230,12 +230,16 @@ def assembly_memory(count: int) -> tuple[float, float]:
         output=nothing,
         finish=lambda _: None,
     )
-    for offset, message in enumerate(messages):
-        value = bytes(bytearray(message))  # what a fetch hands over: a fresh object
-        msg = RawMessage("spans", offset % 12, offset, None, value)
-        token = PartToken(msg, msg, "otlp_proto")
-        for part in split_by_trace(value, "otlp_proto").parts:
-            assembly.add(part, token, 0.0)
+
+    async def add_all(assembly: Assembly) -> None:
+        for offset, message in enumerate(messages):
+            value = bytes(bytearray(message))  # what a fetch hands over: a fresh object
+            msg = RawMessage("spans", offset % 12, offset, None, value)
+            token = PartToken(msg, msg, "otlp_proto")
+            for part in split_by_trace(value, "otlp_proto").parts:
+                await assembly.add(part, token, 0.0)
+
+    asyncio.run(add_all(assembly))
     assert assembly.assembler.pending == count
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
