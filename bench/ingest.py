@@ -41,13 +41,13 @@ from pydantic import SecretStr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.daemon import Daemon, SourceSpec
+from monitor.formats.otlp import decode_otlp
+from monitor.formats.otlp_split import split_by_trace
 from monitor.logs import configure_logging
 from monitor.messages import RawMessage
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.sinks.metrics import Metrics
-from monitor.sources.otlp import decode_otlp
-from monitor.sources.otlp_split import split_by_trace
-from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken
+from monitor.stages.assemble import Assembly, OtlpMetrics, PartToken
 from tests.support.kafka_io import create_topics, produce
 from tests.support.otlp_spans import App, encode
 from tests.support.otlp_turns import MS, langchain_turn

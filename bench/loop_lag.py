@@ -45,15 +45,15 @@ from monitor.config import KafkaConfig
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.evaluators.sampler import Sampler
+from monitor.formats.assembly import Release
+from monitor.formats.native import decode_native
 from monitor.messages import RawMessage
+from monitor.metrics import AgentLabels, Metrics
 from monitor.models import Context, Trace
 from monitor.offload import offload
-from monitor.pipeline.scoring import DEFAULT_OFFLOAD_CHARS, ScoringProcessor
-from monitor.sinks.metrics import AgentLabels, Metrics
 from monitor.sinks.scoring_metrics import ScoringMetrics
-from monitor.sources.assembly import Release
-from monitor.sources.native import decode_native
-from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken, split_offloaded
+from monitor.stages.assemble import Assembly, OtlpMetrics, PartToken, split_offloaded
+from monitor.stages.scoring import DEFAULT_OFFLOAD_CHARS, ScoringProcessor
 from tests.support.otlp_big import wide_trace
 from tests.support.recorder import LetterRecorder
 from tests.support.traces import native_trace

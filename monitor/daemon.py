@@ -35,27 +35,25 @@ from monitor.evaluators.token_budget import TokenBudget
 from monitor.golden.schedule import GoldenScheduler
 from monitor.golden.service import golden_service
 from monitor.http import HttpServer, Probes, build_app
-from monitor.pipeline.conversation import ConversationMetrics, ConversationTracker
-from monitor.pipeline.ingest import Ingest
-from monitor.pipeline.scoring import ScoringProcessor, scored_whole
-from monitor.pipeline.stage import TraceProcessor
+from monitor.metrics import Metrics
 from monitor.retry import FailingCalls, RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
 from monitor.shutdown import PRODUCER_CLOSE_SECONDS, Close, ShutdownClock
 from monitor.sinks.conversations import ConversationStore
-from monitor.sinks.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
-from monitor.sinks.metrics import Metrics
+from monitor.sinks.deadletter import KafkaDeadLetters, StreamDeadLetters
 from monitor.sinks.produce import ProduceRejected
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.store import Store, StoreGoldenSink
+from monitor.sinks.topic_admin import ensure_internal_topics
 from monitor.sinks.verdicts import StoredVerdicts
 from monitor.sinks.writer import TopicWriter
 from monitor.sources.file import read_lines
 from monitor.sources.kafka import KafkaSource, producer_kwargs
 from monitor.sources.offsets import OffsetTracker
-from monitor.sources.otlp_stage import (
+from monitor.sources.progress import StageWatch
+from monitor.stages.assemble import (
     Assembly,
     KafkaOtlpStage,
     LocalIntake,
@@ -63,9 +61,11 @@ from monitor.sources.otlp_stage import (
     ScoredWhole,
     SpanForwarder,
 )
-from monitor.sources.progress import StageWatch
-from monitor.sources.topic_admin import ensure_internal_topics
+from monitor.stages.conversation import ConversationMetrics, ConversationTracker
+from monitor.stages.score import Ingest
+from monitor.stages.scoring import ScoringProcessor, scored_whole
 from monitor.telemetry import build_tracer
+from monitor.typing import DeadLetterSink, TraceProcessor
 
 log = structlog.get_logger(__name__)
 

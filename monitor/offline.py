@@ -19,11 +19,11 @@ from typing import IO
 
 from prometheus_client import CollectorRegistry
 
+from monitor.formats.native import DecodeError, decode_native
 from monitor.messages import RawMessage
 from monitor.models import Trace
 from monitor.offline_otlp import LineKind, line_kind
 from monitor.sources.file import input_problem, split_lines
-from monitor.sources.native import DecodeError, decode_native
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 JUDGE_EVALUATORS = ("llm", "ragas")

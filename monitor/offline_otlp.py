@@ -1,5 +1,5 @@
 """OTLP/JSON lines of a file scored offline (`rag-monitor score`): split per trace and
-assembled in process by the same :class:`~monitor.sources.otlp_stage.Assembly` the file replay
+assembled in process by the same :class:`~monitor.stages.assemble.Assembly` the file replay
 (`run --source file:`) uses, so both accept the same lines and map them the same way.
 
 A trace that cannot be assembled or mapped is reported on the error stream as one JSON line,
@@ -13,15 +13,15 @@ from collections.abc import Sequence
 from typing import IO, Literal
 
 from monitor.config import Settings
+from monitor.formats.assembly import Release
+from monitor.formats.native import DecodeError
+from monitor.formats.otlp import detect_format
+from monitor.formats.otlp_logs import detect_logs_format
 from monitor.messages import RawMessage
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.sinks.metrics import Metrics
-from monitor.sources.assembly import Release
-from monitor.sources.native import DecodeError
 from monitor.sources.offsets import OffsetTracker
-from monitor.sources.otlp import detect_format
-from monitor.sources.otlp_logs import detect_logs_format
-from monitor.sources.otlp_stage import Assembly, LocalIntake, OtlpMetrics, PartToken
+from monitor.stages.assemble import Assembly, LocalIntake, OtlpMetrics, PartToken
 
 LineKind = Literal["native", "otlp_spans", "otlp_logs"]
 

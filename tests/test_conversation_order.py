@@ -24,8 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import Settings
 from monitor.daemon import ScoringStage, build_scoring_stage
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.sinks.metrics import Metrics
 from monitor.sinks.store import turns_table
 
 START = datetime(2026, 11, 26, 9, tzinfo=UTC)

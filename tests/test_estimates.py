@@ -22,8 +22,8 @@ from monitor.estimates.estimator import (
     uniform,
 )
 from monitor.estimates.recorder import EstimateRecorder
+from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Prediction, Score, Selection
-from monitor.sinks.metrics import AgentLabels
 from tests.support.traces import FIXED_TIME, make_trace
 
 

@@ -39,9 +39,8 @@ from monitor.config.judge import RedactionConfig
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.evaluators.judge_prompts import JudgeInput, faithfulness_prompt, relevance_prompt
 from monitor.evaluators.redaction import Redactor
-from monitor.models import Trace
-from monitor.sources.native import DecodeError, decode_native
-from monitor.sources.otlp import (
+from monitor.formats.native import DecodeError, decode_native
+from monitor.formats.otlp import (
     OtlpDecodeError,
     OtlpMappingError,
     SpanEvent,
@@ -50,8 +49,9 @@ from monitor.sources.otlp import (
     detect_format,
     spans_to_trace,
 )
-from monitor.sources.otlp_split import split_by_trace
-from monitor.sources.otlp_wire import encode_varint, length_delimited
+from monitor.formats.otlp_split import split_by_trace
+from monitor.formats.otlp_wire import encode_varint, length_delimited
+from monitor.models import Trace
 from monitor.telemetry import context_from_headers
 from tests.support.faults import (
     DaemonProcess,

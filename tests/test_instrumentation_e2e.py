@@ -36,8 +36,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import KafkaConfig
 from monitor.daemon import Daemon, SourceSpec
-from monitor.sources.native import decode_native
-from monitor.sources.otlp import OtlpMappingError, decode_otlp, spans_to_trace
+from monitor.formats.native import decode_native
+from monitor.formats.otlp import OtlpMappingError, decode_otlp, spans_to_trace
 from tests.support.instrumented import (
     TITLE_ANSWER,
     AppRun,

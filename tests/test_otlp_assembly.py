@@ -17,13 +17,13 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client import CollectorRegistry
 
 from monitor.config import KafkaConfig
+from monitor.formats.assembly import Release
+from monitor.formats.otlp import decode_otlp
+from monitor.formats.otlp_split import split_by_trace
 from monitor.messages import RawMessage
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.sinks.metrics import Metrics
-from monitor.sources.assembly import Release
-from monitor.sources.otlp import decode_otlp
-from monitor.sources.otlp_split import split_by_trace
-from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken
+from monitor.stages.assemble import Assembly, OtlpMetrics, PartToken
 from tests.support.otlp_big import wide_trace
 from tests.support.otlp_spans import App, encode
 from tests.support.otlp_turns import langchain_turn

@@ -26,8 +26,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from monitor.formats.otlp import decode_otlp
 from monitor.sinks.store import Store, results_table, turns_table
-from monitor.sources.otlp import decode_otlp
 from tests.support.faults import (
     REPO,
     DaemonProcess,

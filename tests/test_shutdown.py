@@ -21,12 +21,12 @@ from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from monitor.messages import RawMessage
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.pipeline.ingest import Ingest
 from monitor.sinks.deadletter import StreamDeadLetters
-from monitor.sinks.metrics import Metrics
 from monitor.sinks.produce import ProduceRejected
 from monitor.sources.offsets import OffsetTracker
+from monitor.stages.score import Ingest
 from tests.support.traces import native_trace
 
 TP = TopicPartition("in", 0)

@@ -81,10 +81,10 @@ async def _score_traces(
     from contextlib import AsyncExitStack
 
     from monitor.daemon import build_scoring_stage
+    from monitor.metrics import Metrics
     from monitor.models import EvaluationResult
     from monitor.offline_otlp import assemble_lines
-    from monitor.pipeline.conversation import turn_order_key
-    from monitor.sinks.metrics import Metrics
+    from monitor.stages.conversation import turn_order_key
 
     if evaluator in ("llm", "ragas"):
         settings = settings.model_copy(

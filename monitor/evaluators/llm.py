@@ -53,7 +53,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.config.judge import JudgeConfig
-from monitor.evaluators.judge_cache import DurableVerdicts, TTLCache, cache_key
+from monitor.evaluators.judge_cache import TTLCache, cache_key
 from monitor.evaluators.judge_client import CallFailure, JudgeClient
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.judge_prompts import (
@@ -83,6 +83,7 @@ from monitor.models import (
     Trace,
     Usage,
 )
+from monitor.typing import DurableVerdicts
 
 log = structlog.get_logger(__name__)
 CONTEXT_METRICS = ("faithfulness", "context_precision", "context_relevancy")

@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import Any
 
 from monitor.models import EvaluationResult
-from monitor.pipeline.scoring import TextRedactor
 from monitor.review.grouping import folded, group_similar
 from monitor.review.items import (
     DEFAULT_METRIC,
@@ -27,6 +26,7 @@ from monitor.review.items import (
     check_metric,
 )
 from monitor.sinks.store import Store, turns_table
+from monitor.typing import TextRedactor
 from monitor.windows import DEFAULT_TIME, TimeBasis, check_time, empty_window_hint, other_time
 
 SCAN_PER_ITEM = 10  # grouping looks at this many of the worst answers per item listed ...

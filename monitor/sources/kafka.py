@@ -14,7 +14,7 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from monitor.config import KafkaConfig, aiokafka_security_kwargs
 from monitor.messages import RawMessage
-from monitor.sinks.metrics import Metrics
+from monitor.metrics import Metrics
 from monitor.sources.offsets import OffsetTracker, ReplayFilter
 
 log = structlog.get_logger(__name__)

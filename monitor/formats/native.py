@@ -11,7 +11,7 @@ MAX_DETAIL_CHARS = 1000
 
 class DecodeError(ValueError):
     """A message that cannot become a trace: native JSON that fails the contract, or bytes
-    that are not a decodable OTLP export (`monitor.sources.otlp` raises it as `OtlpDecodeError`).
+    that are not a decodable OTLP export (`monitor.formats.otlp` raises it as `OtlpDecodeError`).
 
     `reason` is a short, bounded label value (it becomes a metric label and a DLQ header):
     empty_message, too_large, invalid_utf8, invalid_json, schema_violation, ... and for OTLP

@@ -41,25 +41,17 @@ from prometheus_client import CollectorRegistry
 
 from monitor import metrics_catalog as catalog
 from monitor.config import KafkaConfig
-from monitor.logs import CountedWarning
-from monitor.messages import RawMessage
-from monitor.models import Trace
-from monitor.offload import offload
-from monitor.sinks.deadletter import HEADER_PREFIX, DeadLetterSink
-from monitor.sinks.metrics import Metrics
-from monitor.sinks.writer import OutRecord, Refused, TopicWriter
-from monitor.sources.assembly import Release, TraceAssembler
-from monitor.sources.native import DecodeError, decode_native
-from monitor.sources.offsets import OffsetTracker
-from monitor.sources.otlp import (
+from monitor.formats.assembly import Release, TraceAssembler
+from monitor.formats.native import DecodeError, decode_native
+from monitor.formats.otlp import (
     OtlpDecodeError,
     OtlpFormat,
     OtlpMappingError,
     detect_format,
 )
-from monitor.sources.otlp_logs import detect_logs_format
-from monitor.sources.otlp_release import map_release, release_bytes
-from monitor.sources.otlp_split import (
+from monitor.formats.otlp_logs import detect_logs_format
+from monitor.formats.otlp_release import map_release, release_bytes
+from monitor.formats.otlp_split import (
     LogsPart,
     Split,
     TracePart,
@@ -68,6 +60,15 @@ from monitor.sources.otlp_split import (
     split_by_trace,
     split_logs_by_trace,
 )
+from monitor.logs import CountedWarning
+from monitor.messages import RawMessage
+from monitor.metrics import Metrics
+from monitor.models import Trace
+from monitor.offload import offload
+from monitor.sinks.deadletter import HEADER_PREFIX
+from monitor.sinks.writer import OutRecord, Refused, TopicWriter
+from monitor.sources.offsets import OffsetTracker
+from monitor.typing import DeadLetterSink
 
 log = structlog.get_logger(__name__)
 

@@ -30,22 +30,21 @@ from opentelemetry.context import Context
 
 from monitor.config import InputFormat
 from monitor.faults import DataFault, ServiceFault, owned_while
+from monitor.formats.assembly import Release
+from monitor.formats.native import DecodeError, decode_native
+from monitor.formats.otlp import OtlpFormat, detect_format
+from monitor.formats.otlp_logs import detect_logs_format
 from monitor.log_throttle import Throttled
 from monitor.messages import RawMessage
+from monitor.metrics import Metrics
 from monitor.models import Trace
 from monitor.offload import offload
-from monitor.pipeline.conversation import turn_order_key
-from monitor.pipeline.stage import TraceProcessor
-from monitor.sinks.deadletter import DeadLetterSink
-from monitor.sinks.metrics import Metrics
 from monitor.sinks.produce import ProduceRejected
-from monitor.sources.assembly import Release
-from monitor.sources.native import DecodeError, decode_native
 from monitor.sources.offsets import OffsetTracker
-from monitor.sources.otlp import OtlpFormat, detect_format
-from monitor.sources.otlp_logs import detect_logs_format
-from monitor.sources.otlp_stage import OtlpIntake, PartToken
+from monitor.stages.assemble import OtlpIntake, PartToken
+from monitor.stages.conversation import turn_order_key
 from monitor.telemetry import context_from_headers
+from monitor.typing import DeadLetterSink, TraceProcessor
 
 log = structlog.get_logger(__name__)
 

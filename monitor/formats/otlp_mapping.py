@@ -1,9 +1,9 @@
-"""Mapping the spans of one trace onto the `Trace` model (used by `monitor.sources.otlp`).
+"""Mapping the spans of one trace onto the `Trace` model (used by `monitor.formats.otlp`).
 
 Three families of instrumentation are read, current and still-common older versions:
 OpenInference, the OpenTelemetry GenAI semantic conventions (attributes, and events on the
-span or in OTLP logs joined to it by `monitor.sources.otlp_logs`) and OpenLLMetry / Traceloop.
-Every attribute name read is in the tables of `monitor.sources.otlp_conventions`; this module
+span or in OTLP logs joined to it by `monitor.formats.otlp_logs`) and OpenLLMetry / Traceloop.
+Every attribute name read is in the tables of `monitor.formats.otlp_conventions`; this module
 decides how the pieces they find make one RAG turn (`spans_to_trace` says how).
 """
 
@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from monitor.models import DEFAULT_AGENT, Context, Trace, Usage
-from monitor.sources.native import MAX_DETAIL_CHARS
-from monitor.sources.otlp_conventions import (
+from monitor.formats.native import MAX_DETAIL_CHARS
+from monitor.formats.otlp_conventions import (
     AGENT_NAME,
     CONVERSATION_ID,
     DEFAULT_SERVICE_NAME,
@@ -46,14 +45,14 @@ from monitor.sources.otlp_conventions import (
     MessageSource,
     Role,
 )
-from monitor.sources.otlp_documents import (
+from monitor.formats.otlp_documents import (
     Document,
     Retrieval,
     given_documents,
     last_handed_documents,
     retrievals,
 )
-from monitor.sources.otlp_values import (
+from monitor.formats.otlp_values import (
     finite_number,
     indexed_groups,
     jsonable,
@@ -62,9 +61,10 @@ from monitor.sources.otlp_values import (
     text_or_none,
     unwrap,
 )
+from monitor.models import DEFAULT_AGENT, Context, Trace, Usage
 
 if TYPE_CHECKING:  # otlp.py imports this module; SpanRecord is only needed for annotations
-    from monitor.sources.otlp import SpanRecord
+    from monitor.formats.otlp import SpanRecord
 
 __all__ = ["OtlpMappingError", "spans_to_trace"]
 
@@ -295,7 +295,7 @@ def spans_to_trace(
 
     Roles come from SPAN_ROLES: LLM calls, retrievers and rerankers, pipeline spans (a chain,
     workflow or agent: the turn), Traceloop tasks (retrievers when their output is documents;
-    `monitor.sources.otlp_documents` reads the documents in every recorded shape).
+    `monitor.formats.otlp_documents` reads the documents in every recorded shape).
 
     - Not a RAG turn (None): no LLM call, retrieval or pipeline with input and output at all
       (HTTP, database, embeddings or tool spans only); or a plain LLM call -- LLM spans, no

@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -45,6 +45,7 @@ from monitor.config.conversation import ConversationConfig
 from monitor.evaluators.constraints import check_constraint
 from monitor.evaluators.multiturn import drift_rate, hallucination_rate, turn_bucket
 from monitor.faults import check_owned, current_owner
+from monitor.metrics import AgentLabels
 from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trace
 from monitor.sinks.conversations import (
     ConversationStep,
@@ -53,8 +54,8 @@ from monitor.sinks.conversations import (
     TraceIdConflict,
     TurnRow,
 )
-from monitor.sinks.metrics import AgentLabels
 from monitor.sinks.store import StoredResult
+from monitor.typing import TurnJudge
 
 log = structlog.get_logger(__name__)
 
@@ -83,12 +84,6 @@ def start_micros(trace: Trace) -> int:
 def turn_order_key(trace: Trace) -> tuple[int, int, str]:
     """The order in which a conversation's traces are processed: explicit turn, start, id."""
     return (trace.turn or 0, start_micros(trace), trace.trace_id)
-
-
-class TurnJudge(Protocol):
-    async def judge_turn(
-        self, trace: Trace, constraints: list[Constraint], history: list[tuple[str, str]]
-    ) -> Any: ...
 
 
 class ConversationMetrics:

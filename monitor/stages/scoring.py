@@ -33,7 +33,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -52,9 +52,10 @@ from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.span_events import add_evaluation_events
 from monitor.sinks.store import Store, StoredResult
+from monitor.typing import Judge, SyncEvaluator, TextRedactor
 
 if TYPE_CHECKING:
-    from monitor.pipeline.conversation import ConversationTracker, Turn
+    from monitor.stages.conversation import ConversationTracker, Turn
 
 log = structlog.get_logger(__name__)
 
@@ -82,25 +83,6 @@ async def scored_whole(store: Store, evaluator: str, trace_id: str) -> bool:
     """The store holds `evaluator`'s result of the whole trace (not of a fragment of it)."""
     stored = await store.get_result(trace_id, evaluator)
     return stored is not None and INCOMPLETE_FLAG not in stored.flags
-
-
-class SyncEvaluator(Protocol):
-    name: str
-
-    def evaluate(self, trace: Trace) -> EvaluationResult: ...
-
-
-class Judge(Protocol):
-    name: str
-
-    @property
-    def circuit_open(self) -> bool: ...
-
-    async def evaluate(self, trace: Trace) -> EvaluationResult: ...
-
-
-class TextRedactor(Protocol):
-    def redact(self, text: str) -> str: ...
 
 
 def redact_result(result: EvaluationResult, redactor: TextRedactor) -> EvaluationResult:

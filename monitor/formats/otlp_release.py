@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from monitor.formats.assembly import Release
+from monitor.formats.otlp import OtlpMappingError, decode_otlp, spans_to_trace
+from monitor.formats.otlp_logs import attach_log_events, decode_otlp_logs
+from monitor.formats.otlp_split import merge_parts
 from monitor.models import Trace
-from monitor.sources.assembly import Release
-from monitor.sources.otlp import OtlpMappingError, decode_otlp, spans_to_trace
-from monitor.sources.otlp_logs import attach_log_events, decode_otlp_logs
-from monitor.sources.otlp_split import merge_parts
 
 __all__ = ["map_release", "release_bytes", "stamp"]
 
