@@ -41,6 +41,29 @@ class Stage(Protocol):
     def on_assigned(self, assignment: set[TopicPartition]) -> None: ...
 
 
+class Source(Protocol):
+    """Where a consume loop reads raw messages: a Kafka consumer group, or a file."""
+
+    name: str
+
+    async def fetch(self) -> Sequence[RawMessage] | None:
+        """The next batch (empty when nothing came for a while); None when the input ended."""
+        ...
+
+    async def commit_if_due(self) -> None:
+        """Commit the finished offsets when the commit interval has passed."""
+        ...
+
+
+class PartitionListener(Protocol):
+    """Hears of a consumer group's rebalances: `on_revoked` before partitions go (their
+    in-flight work may still finish), `on_assigned` with the whole new assignment."""
+
+    async def on_revoked(self, partitions: set[TopicPartition]) -> None: ...
+
+    async def on_assigned(self, assignment: set[TopicPartition]) -> None: ...
+
+
 class TraceProcessor(Protocol):
     """What the score stage does with each valid trace (scoring, conversations, the sinks)."""
 
@@ -114,6 +137,8 @@ __all__ = [
     "DeadLetterSink",
     "DurableVerdicts",
     "Judge",
+    "PartitionListener",
+    "Source",
     "Stage",
     "SyncEvaluator",
     "TermCounter",

@@ -46,7 +46,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -191,6 +191,12 @@ class LLMJudge:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
     # -----------------------------------------------------------------------------------------
 

@@ -57,7 +57,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import openai
 import pydantic
@@ -306,6 +306,12 @@ class RagasEvaluator:
 
     async def aclose(self) -> None:
         await self._clients.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
     async def evaluate(self, trace: Trace) -> EvaluationResult:
         """The reference-free metrics (``enabled``) of one trace."""

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from monitor.formats.native import MAX_DETAIL_CHARS
+from monitor.formats.errors import OtlpMappingError
 from monitor.formats.otlp_conventions import (
     AGENT_NAME,
     CONVERSATION_ID,
@@ -62,6 +61,7 @@ from monitor.formats.otlp_values import (
     unwrap,
 )
 from monitor.models import DEFAULT_AGENT, Context, Trace, Usage
+from monitor.times import datetime_from_ns
 
 if TYPE_CHECKING:  # otlp.py imports this module; SpanRecord is only needed for annotations
     from monitor.formats.otlp import SpanRecord
@@ -70,18 +70,6 @@ __all__ = ["OtlpMappingError", "spans_to_trace"]
 
 MAX_INSTRUCTIONS_CHARS = 4000
 SPAN_KIND_CLIENT = 3  # OTLP SpanKind CLIENT: a call to another service
-
-
-class OtlpMappingError(ValueError):
-    """A trace that looks like a RAG turn but cannot become a `Trace`.
-
-    `reason` is a short, bounded label: no_query, no_answer, no_timestamp or invalid_trace.
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        self.detail = detail[:MAX_DETAIL_CHARS]
-        super().__init__(f"{reason}: {self.detail}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,8 +387,7 @@ def _map(spans: Sequence[SpanRecord], score_plain_llm_calls: bool) -> Trace | No
     end_ns = top.end_time_unix_nano or max(s.end_time_unix_nano for s in ordered)
     if end_ns <= 0:
         raise OtlpMappingError("no_timestamp", "no span has an end time")
-    seconds, rest_ns = divmod(end_ns, 1_000_000_000)
-    timestamp = datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest_ns // 1000)
+    timestamp = datetime_from_ns(end_ns)
     duration = top.duration_ns
     metered = [s for s in llms if not _has_ancestor(s, by_id, roles, "llm")] or remote_agents[:1]
 

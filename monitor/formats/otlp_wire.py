@@ -17,7 +17,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 from google.protobuf.message import Message  # type: ignore[import-untyped,unused-ignore]
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from monitor.formats.native import DecodeError as OtlpDecodeError
+from monitor.formats.errors import DecodeError as OtlpDecodeError
 
 R = TypeVar("R")
 M = TypeVar("M", bound=Message)

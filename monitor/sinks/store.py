@@ -390,6 +390,13 @@ class Store:
             await self._writer
         await self._engine.dispose()
 
+    async def __aenter__(self) -> Store:
+        """An opened store (`Store.open`) as a context: closed at the end."""
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
     # ----------------------------------------------------------------------------- results
 
     async def save(

@@ -1,7 +1,9 @@
-"""The pipeline: what happens to each decoded trace, in order.
+"""The pipeline: each hop a named stage behind one `Stage` protocol, run by one consume loop.
 
-`ingest` turns raw messages into traces (dead-lettering what cannot be decoded) and dispatches
-them; `conversation` loads and updates a conversation's state one turn at a time; `scoring` runs
-the evaluators (tier 0 on every trace, the sampled judge) and hands results to the sinks;
-`stage` is the seam the daemon plugs a processor into.
+`loop` fetches from a source and hands every message to the stage `router` names (or to the
+`reject`er, the one place dead letters are written); `rekey` splits OTLP exports per trace,
+`assemble` collects a trace's parts until it is whole, `score` numbers, scores and stores it
+through the `scoring` and `conversation` processors. `ports` and `parts` are the hand-offs
+between stages, `offloaded` the decoders run off the event loop for large messages, `topology`
+which loops a daemon runs. The picture: docs/architecture.md.
 """

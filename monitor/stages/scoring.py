@@ -21,8 +21,8 @@ stored one (the judge's verdict is the one it gave before: `LLMJudge`'s durable 
 neither published nor written again (`ragmon_results_published_total{outcome="unchanged"}`). A
 result is published again only when something in it changed (its turn, its scores).
 
-Traces the OTLP stage assembled carry what assembly knew in `metadata`: `incomplete_trace`
-(released before it was whole: every result gets the `incomplete_trace` flag) and `revision`
+Traces the OTLP stage assembled carry what assembly knew (`Trace.assembly`): whether they were
+whole when released (if not, every result gets the `incomplete_trace` flag) and their revision
 (re-assembled after late spans: its results are upserted over the earlier ones, but the
 metrics, which counted the trace once already, are not counted again).
 """
@@ -71,12 +71,12 @@ INCOMPLETE_FLAG = "incomplete_trace"
 
 def revision(trace: Trace) -> int:
     """1 for a trace seen the first time; more for a re-assembly after late spans."""
-    value = (trace.metadata or {}).get("revision")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+    return trace.assembly.revision if trace.assembly is not None else 1
 
 
 def incomplete(trace: Trace) -> bool:
-    return (trace.metadata or {}).get(INCOMPLETE_FLAG) is True
+    """Released by the OTLP stage before it was whole."""
+    return trace.assembly is not None and not trace.assembly.complete
 
 
 async def scored_whole(store: Store, evaluator: str, trace_id: str) -> bool:
