@@ -1,6 +1,8 @@
 """Wires the stages together and owns the lifecycle: start, consume, graceful shutdown.
 
 This is the only module that connects source, decoding, processing and export.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -57,10 +59,11 @@ from monitor.stages.conversation import ConversationMetrics, ConversationTracker
 from monitor.stages.loop import ConsumeLoop
 from monitor.stages.reject import Rejecter
 from monitor.stages.rekey import InProcess, RekeyStage, SpansTopicOutput
-from monitor.stages.router import REKEY, Router
+from monitor.stages.router import ASSEMBLE, REKEY, SCORE, Router, StageName
 from monitor.stages.score import ScoreStage
 from monitor.stages.scoring import ScoringProcessor, scored_whole
-from monitor.telemetry import build_tracer
+from monitor.stages.topology import file_loop, kafka_loops
+from monitor.telemetry import Telemetry
 from monitor.typing import DeadLetterSink, Stage, TraceProcessor, WholeTraceCheck
 
 log = structlog.get_logger(__name__)
@@ -190,14 +193,11 @@ class Daemon:
         return True, f"{assigned} partitions assigned"
 
     async def run(self) -> ExitCode:
-        tracer, provider = build_tracer(self.settings.telemetry)
         async with AsyncExitStack() as stack:
-            if provider is not None:
-                # Flushing exports over HTTP; off the event loop so nothing stalls meanwhile.
-                flush = self.shutdown.bounded(
-                    "telemetry", lambda: asyncio.to_thread(provider.shutdown)
-                )
-                stack.push_async_callback(flush)
+            telemetry = await stack.enter_async_context(
+                self.shutdown.bounding("telemetry", Telemetry(self.settings.telemetry))
+            )
+            tracer = telemetry.tracer
             app = build_app(self.metrics.registry, Probes(self._healthy, self._ready))
             token = self.settings.http.review_token
             add_review_routes(
@@ -228,7 +228,8 @@ class Daemon:
             dead_letters, self.metrics, self.tracker, max_bytes=kafka.max_message_bytes, quiet=True
         )
         score = self._score_stage(processor, rejecter, tracer)
-        stages: list[Stage] = []
+        plan = file_loop(kafka, self.source_spec.path)
+        stages: dict[StageName, Stage] = {SCORE: score}
         if kafka.otlp_stage_enabled:
             assemble = AssembleStage(
                 kafka=kafka,
@@ -242,18 +243,20 @@ class Daemon:
                 flush_at_drain=True,
             )
             direct = InProcess(assemble.take_parts, score.take_natives)
-            stages += [RekeyStage(direct, rejecter, self.tracker, self.metrics), assemble]
-        stages.append(score)
-        router = Router.of(kafka, text_lines=True)
-        loop = self._loop("scoring", self.tracker, router, stages, rejecter)
+            stages[REKEY] = RekeyStage(direct, rejecter, self.tracker, self.metrics)
+            stages[ASSEMBLE] = assemble
+        router = Router.of(kafka, natives_to=plan.natives_to, text_lines=True)
+        in_order = [stages[stage] for stage in plan.stages]
+        loop = self._loop("scoring", self.tracker, router, in_order, rejecter)  # its heartbeat
         self._file_running = True
         self.started.set()
         self.metrics.ready.set(1)
-        source = FileSource(self.source_spec.path, kafka.max_message_bytes, stop=self._stop)
+        source = await stack.enter_async_context(
+            FileSource(self.source_spec.path, kafka.max_message_bytes, stop=self._stop)
+        )
         try:
             await loop.run(source)
         finally:
-            await source.aclose()
             self._file_running = False
             self.metrics.ready.set(0)
         return ExitCode.OK
@@ -280,10 +283,10 @@ class Daemon:
         max_bytes = config.max_message_bytes
         rejecter = Rejecter(dead_letters, self.metrics, self.tracker, max_bytes=max_bytes)
         score = self._score_stage(processor, rejecter, tracer)
-        scoring_stages: list[Stage] = [score]
-        scoring_topics = list(config.topics)
-        runs: list[tuple[ConsumeLoop, KafkaSource]] = []
-        otlp_source: KafkaSource | None = None
+        plans = {plan.name: plan for plan in kafka_loops(config)}
+        scoring_stages: dict[StageName, Stage] = {SCORE: score}
+        otlp_stages: dict[StageName, Stage] = {}
+        otlp_rejecter = rejecter
         if config.otlp_stage_enabled:
             await ensure_internal_topics(self.settings)
             spans_topic, traces_topic = config.effective_spans_topic, config.effective_traces_topic
@@ -299,12 +302,11 @@ class Daemon:
             )
             # OTLP the scoring group finds on its topics is re-keyed like the OTLP group's.
             to_spans = SpansTopicOutput(writer, spans_topic, traces_topic, rejecter, self.tracker)
-            scoring_stages.insert(0, RekeyStage(to_spans, rejecter, self.tracker, self.metrics))
-            scoring_topics.append(traces_topic)
+            scoring_stages[REKEY] = RekeyStage(to_spans, rejecter, self.tracker, self.metrics)
             otlp_rejecter = Rejecter(
                 dead_letters, self.metrics, self.otlp_tracker, max_bytes=max_bytes
             )
-            assemble = AssembleStage(
+            otlp_stages[ASSEMBLE] = AssembleStage(
                 kafka=config,
                 metrics=self.metrics,
                 otlp_metrics=self.otlp_metrics,
@@ -316,7 +318,7 @@ class Daemon:
                 awaits_events=bool(config.otlp_logs_topics),
                 scored_whole=self._scored_whole(),
             )
-            rekey = RekeyStage(
+            otlp_stages[REKEY] = RekeyStage(
                 SpansTopicOutput(
                     writer, spans_topic, traces_topic, otlp_rejecter, self.otlp_tracker
                 ),
@@ -324,32 +326,35 @@ class Daemon:
                 self.otlp_tracker,
                 self.metrics,
             )
-            otlp_loop = self._loop(
-                "otlp",
-                self.otlp_tracker,
-                Router.of(config, natives_to=REKEY),
-                [rekey, assemble],
-                otlp_rejecter,
+        wired = {
+            "scoring": (scoring_stages, self.tracker, rejecter),
+            "otlp": (otlp_stages, self.otlp_tracker, otlp_rejecter),
+        }
+        runs: list[tuple[ConsumeLoop, KafkaSource]] = []
+        for name, plan in plans.items():
+            stages, tracker, loop_rejecter = wired[name]
+            loop = self._loop(
+                name,
+                tracker,
+                Router.of(config, natives_to=plan.natives_to),
+                [stages[stage] for stage in plan.stages],
+                loop_rejecter,
             )
-            otlp_source = KafkaSource(
+            # A loop reading the spans topic: parts of released traces must not come back as
+            # fragments, and a revocation waits for what is being handed on, not for assembly.
+            reads_parts = ASSEMBLE in plan.stages
+            source = KafkaSource(
                 config,
-                self.otlp_tracker,
+                tracker,
                 self.metrics,
-                otlp_loop,
-                group_id=config.effective_otlp_group_id,
-                topics=[*config.otlp_topics, *config.otlp_logs_topics, spans_topic],
-                name="otlp",
-                busy=otlp_loop.busy,
-                skip_finished=True,  # spans of released traces must not come back as fragments
+                loop,
+                group_id=plan.group_id,
+                topics=list(plan.topics),
+                name=name,
+                busy=loop.busy if reads_parts else None,
+                skip_finished=reads_parts,
             )
-            runs.append((otlp_loop, otlp_source))
-        scoring_loop = self._loop(
-            "scoring", self.tracker, Router.of(config), scoring_stages, rejecter
-        )
-        scoring = KafkaSource(
-            config, self.tracker, self.metrics, scoring_loop, topics=scoring_topics, name="scoring"
-        )
-        runs.insert(0, (scoring_loop, scoring))
+            runs.append((loop, source))
         stack.callback(self._left_groups)  # once both consumers left (they close first)
         for _, source in runs:
             await stack.enter_async_context(

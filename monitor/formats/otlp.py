@@ -1,4 +1,5 @@
-"""Decoding what the OpenTelemetry Collector's Kafka exporter writes (DESIGN.md section 2).
+"""Decoding what the OpenTelemetry Collector's Kafka exporter writes (docs/input.md; where this
+sits in the pipeline: docs/architecture.md).
 
 The exporter writes one `ExportTraceServiceRequest` per message, either as protobuf bytes
 (`otlp_proto`) or in the OTLP/JSON encoding (`otlp_json`). OTLP/JSON is the protobuf JSON mapping
@@ -20,8 +21,8 @@ from typing import Any, Literal
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from monitor.formats.native import DecodeError
-from monitor.formats.otlp_mapping import OtlpMappingError, spans_to_trace
+from monitor.formats.errors import DecodeError, OtlpMappingError
+from monitor.formats.otlp_mapping import spans_to_trace
 from monitor.formats.otlp_wire import (
     convert_id,
     flatten_attributes,

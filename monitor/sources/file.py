@@ -261,5 +261,9 @@ class FileSource:
     async def commit_if_due(self) -> None:
         return None
 
-    async def aclose(self) -> None:
+    async def __aenter__(self) -> FileSource:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        """Stop reading (the reader thread ends with the generator)."""
         await self._batches.aclose()

@@ -21,6 +21,8 @@ On Kafka, the spans of a partition that went to another replica during a rebalan
 their traces still assembling are forgotten (their parts are uncommitted, read again there);
 nothing is released between the revocation and the new assignment, so no trace is released by
 two replicas.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations

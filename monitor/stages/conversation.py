@@ -23,6 +23,8 @@ the store when it is next seen, its turn rows and results checked together again
 (its next step rewrites any that disagree), so restarts, rebalances and crashes lose nothing. A
 re-delivered trace keeps its turn, its judge verdicts are reused, and what did not change is
 neither written nor published again.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ is finished is committed.
 
 A write the cluster refuses for good (`ProduceRejected`) stops the loop: the daemon stops, the
 message stays uncommitted. Rebalances of a Kafka consumer are passed to every stage.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations

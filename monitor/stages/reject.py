@@ -5,6 +5,8 @@ class and detail, and the data in place of the message where only part of it is 
 counted in `ragmon_dead_letters_total{reason}` and, for a Kafka source, logged (a file source's
 sink writes each letter as a line of its own). A rejected message is finished: its offset may
 be committed once the letter is stored, never before.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations

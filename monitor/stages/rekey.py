@@ -8,6 +8,8 @@ assemble stage itself (`InProcess`). A trace whose spans cannot be used is dead-
 (the export's other traces go on); an export that is not decodable at all is dead-lettered
 whole. Native traces found among OTLP input go on to be scored in conversation order (on Kafka
 through the traces topic, keyed by conversation).
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ tells formats apart and the one size check of input.
   stage where natives must first be keyed by conversation: the OTLP consumer). Lines of a text
   file (`text_lines`) are never protobuf: bytes that are not JSON are left to the native
   decoder to name (invalid_utf8, invalid_json).
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations

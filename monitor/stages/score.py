@@ -15,6 +15,8 @@ batch; across batches in the order read), while different conversations run conc
 trace is processed under the claim of the partitions it was read from (`faults.owned_while`),
 which the sinks check before they write and the conversation stage keeps its state by; a
 revocation forgets the state of the revoked partitions only.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ Traces the OTLP stage assembled carry what assembly knew (`Trace.assembly`): whe
 whole when released (if not, every result gets the `incomplete_trace` flag) and their revision
 (re-assembled after late spans: its results are upserted over the earlier ones, but the
 metrics, which counted the trace once already, are not counted again).
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations
