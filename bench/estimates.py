@@ -1,7 +1,7 @@
 """Do the population estimates of the judge's scores hold? Replays of labelled data, held out.
 
     python bench/estimates.py [--reps 200] [--traces 20000] [--judge-error 0.05]
-                              [--rates 0.02,0.1,0.3] [--folds 5] [--seed 0] [--json OUT]
+                              [--rates 0.02,0.05,0.1,0.3] [--folds 5] [--seed 0] [--json OUT]
 
 Streams of traces are built from the labelled RAG answers of ``data/hallucination/`` that have
 a question (see data/README.md), at a chosen true unfaithful rate, as conversations of several
@@ -29,10 +29,14 @@ Held out: items are dealt into folds by source as ``bench/detect.py`` does (grou
 document or question, positives spread evenly). Repetition r uses fold r mod k: tier 0's
 grounding model is refitted on the other folds (and the supports the calibration learns on come
 from models that did not see those items either), and the tier-0 calibration
-(monitor.estimates.calibration, default window and minimum) is fitted online on the uniform
-draw of a stream built from the other folds, long enough to fill its window (as in a daemon
-that has run a while), then frozen; the reported stream is built from the held-out fold alone.
-Nothing is tuned on the items the figures are reported on.
+(monitor.estimates.calibration, default window and minimum, five folds of conversations) is
+fitted on the uniform draw of a stream built from the other folds, long enough to fill its
+window (as in a daemon that has run a while), then frozen; the reported stream is built from the
+held-out fold alone. Nothing is tuned on the items the figures are reported on.
+
+The calibration here is a daemon's after a while, not learning any more: the prediction-powered
+estimate's bias when the calibration learns while the traffic is scored, with the daemon's
+timing, is measured by ``bench/estimates_timing.py``.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +61,12 @@ from bench.cv import grouped_folds  # noqa: E402
 from bench.detect import DEFAULT_DATA, Item, load_items  # noqa: E402
 from bench.train_tier0 import Example, fit_model, model_of  # noqa: E402
 from monitor.config.scoring import EstimatesConfig, SamplingConfig  # noqa: E402
-from monitor.estimates.calibration import Calibrations, answer_language  # noqa: E402
+from monitor.estimates.calibration import (  # noqa: E402
+    FOLDS,
+    Calibrations,
+    answer_language,
+    fold_of,
+)
 from monitor.estimates.estimator import (  # noqa: E402
     Z95,
     Estimate,
@@ -139,7 +148,10 @@ def recording_cost(cases: list[Case], rounds: int = 20) -> float:
 
     config = EstimatesConfig()
     calibrations = Calibrations(
-        config.thresholds, config.calibration_window, config.calibration_min_labels
+        config.thresholds,
+        config.calibration_window,
+        config.calibration_min_labels,
+        config.calibration_epoch_seconds,
     )
     recorder = EstimateRecorder(
         evaluator="llm",
@@ -148,13 +160,17 @@ def recording_cost(cases: list[Case], rounds: int = 20) -> float:
         agent_label=AgentLabels(10),
         calibrations=calibrations,
     )
-    for c in cases:  # labelled calibrations, as in a running daemon
+    read_at = time.monotonic()
+    before = calibrations.epoch_at(read_at) - 1
+    for i, c in enumerate(cases):  # labelled calibrations, as in a running daemon
         for metric in config.thresholds:
-            calibrations.get(metric, c.language).add(0.5, 1.0 - c.item.hallucinated)
+            calibration = calibrations.get(metric, c.language)
+            calibration.add(0.5, 1.0 - c.item.hallucinated, fold=i % FOLDS, epoch=before)
     started = time.process_time()
     for _ in range(rounds):
         for c in cases:
-            recorder.count_traffic("default", recorder.predict(c.item.trace, c.tier0))
+            predictions = recorder.predict(c.item.trace, c.tier0, read_at)
+            recorder.count_traffic("default", predictions)
     return (time.process_time() - started) * 1e6 / (rounds * len(cases))
 
 
@@ -204,43 +220,6 @@ def refit_tier0(cases: list[Case], folds: np.ndarray, k: int, sampler: Sampler) 
             c.priority[fold] = sampler.priority_reason(c.item.trace, refitted)
 
 
-def build_stream(
-    pools: dict[tuple[str, bool], list[int]],
-    languages: Sequence[str],
-    weights: Sequence[float],
-    rate: float,
-    traces: int,
-    rng: np.random.Generator,
-    tag: str,
-) -> Stream:
-    kappa = 1.0 / ICC - 1.0
-    cases: list[int] = []
-    conversations: list[str] = []
-    starts: list[float] = []
-    n = 0
-    while len(cases) < traces:
-        language = languages[rng.choice(len(languages), p=weights)]
-        propensity = rng.beta(rate * kappa, (1.0 - rate) * kappa)
-        conversation = f"{tag}-c{n}"
-        start = rng.random()
-        for turn in range(1 + rng.poisson(MEAN_EXTRA_TURNS)):
-            bad = bool(rng.random() < propensity)
-            pool = pools.get((language, bad)) or next(
-                p for (_, b), p in sorted(pools.items()) if b == bad and p
-            )
-            cases.append(pool[rng.integers(len(pool))])
-            conversations.append(conversation)
-            starts.append(start + turn * 1e-4)
-        n += 1
-    order = np.argsort(np.asarray(starts), kind="stable")[:traces]
-    return Stream(
-        cases=[cases[i] for i in order],
-        conversations=[conversations[i] for i in order],
-        unfaithful=np.zeros(0),
-        human=np.zeros(0),
-    )
-
-
 def label(
     stream: Stream, all_cases: list[Case], judge_error: float, rng: np.random.Generator
 ) -> None:
@@ -280,36 +259,58 @@ def select(stream: Stream, cases: list[Case], fold: int) -> list[tuple[bool, boo
     return out
 
 
+def draws(stream: Stream, cases: list[Case], fold: int) -> Iterator[tuple[bool, Case, float, str]]:
+    """Per trace: whether the uniform draw chose it, its case, the judge's faithfulness (0 or 1)
+    and its conversation."""
+    for (drawn, _, _), case, bad, conversation in zip(
+        select(stream, cases, fold),
+        stream.cases,
+        stream.unfaithful,
+        stream.conversations,
+        strict=True,
+    ):
+        yield drawn, cases[case], 1.0 - float(bad), conversation
+
+
 def calibrate(stream: Stream, cases: list[Case], fold: int) -> Calibrations:
-    """Online on the uniform draw of a training stream, in order, as the daemon does."""
+    """The daemon's calibrations learnt on the uniform draw of a training stream, whose labels
+    all arrived in epoch 0; the reported stream is read later, when they are all in."""
     config = EstimatesConfig()
     calibrations = Calibrations(
-        config.thresholds, config.calibration_window, config.calibration_min_labels
+        config.thresholds,
+        config.calibration_window,
+        config.calibration_min_labels,
+        config.calibration_epoch_seconds,
     )
-    for (drawn, _, _), case, bad in zip(
-        select(stream, cases, fold), stream.cases, stream.unfaithful, strict=True
-    ):
+    for drawn, c, judge, conversation in draws(stream, cases, fold):
         if drawn:
-            c = cases[case]
-            calibrations.get(METRIC, c.language).add(c.support[fold], 1.0 - bad)
+            calibration = calibrations.get(METRIC, c.language)
+            calibration.add(c.support[fold], judge, fold=fold_of(conversation), epoch=0)
     return calibrations
 
 
-def estimate_stream(
+def frozen_predictions(
     stream: Stream, cases: list[Case], fold: int, calibrations: Calibrations
-) -> Outcome:
-    chosen = select(stream, cases, fold)
-    # the share below threshold: the prediction of "unfaithful" is the calibration's `below`
-    below: dict[int, float] = {}
-    for case in set(stream.cases):
+) -> list[float]:
+    """Every trace's prediction of the share below the threshold, read in epoch 1."""
+    out = []
+    for case, conversation in zip(stream.cases, stream.conversations, strict=True):
         c = cases[case]
-        below[case] = calibrations.get(METRIC, c.language).predict(c.support[fold]).below
-    predictions = [below[case] for case in stream.cases]
+        calibration = calibrations.get(METRIC, c.language)
+        out.append(calibration.predict(c.support[fold], fold=fold_of(conversation), epoch=1).below)
+    return out
+
+
+def estimate_stream(
+    stream: Stream, chosen: Sequence[tuple[bool, bool, float]], predictions: Sequence[float]
+) -> Outcome:
+    """Every method's estimate; `predictions`: each trace's prediction of the share below the
+    threshold (the calibration's `below`)."""
     judged = [bad for (_, j, _), bad in zip(chosen, stream.unfaithful, strict=True) if j]
     sample = [
-        (conversation, 1.0 / p, float(bad), below[case], i)
-        for i, ((drawn, _, p), bad, case, conversation) in enumerate(
-            zip(chosen, stream.unfaithful, stream.cases, stream.conversations, strict=True)
+        (conversation, 1.0 / p, float(bad), f, i)
+        for i, ((drawn, _, p), bad, f, conversation) in enumerate(
+            zip(chosen, stream.unfaithful, predictions, stream.conversations, strict=True)
         )
         if drawn
     ]
@@ -361,15 +362,43 @@ class Summary:
     missing: dict[str, int]
 
 
+@dataclass
+class Stats:
+    """One method over repeated streams."""
+
+    bias: float
+    bias_error: float  # the bias's own standard error over the streams
+    coverage: float
+    width: float
+    missing: int
+
+
+def stats(rows: Sequence[tuple[float, tuple[float, float, float] | None]]) -> Stats:
+    """Of (truth, estimate and interval) per stream."""
+    present = [(t, e) for t, e in rows if e is not None]
+    errors = np.asarray([e[0] - t for t, e in present])
+    return Stats(
+        bias=float(errors.mean()),
+        bias_error=float(errors.std(ddof=1) / math.sqrt(len(errors))) if len(errors) > 1 else 0.0,
+        coverage=float(np.mean([e[1] <= t <= e[2] for t, e in present])),
+        width=float(np.mean([e[2] - e[1] for _, e in present])),
+        missing=len(rows) - len(present),
+    )
+
+
+def of(
+    outcomes: Sequence[Outcome], method: str
+) -> list[tuple[float, tuple[float, float, float] | None]]:
+    """(truth, estimate and interval) of `method` per stream."""
+    return [(o.truth, o.estimates[method]) for o in outcomes]
+
+
 def summarise(rate: float, outcomes: list[Outcome]) -> Summary:
     bias, coverage, width, missing = {}, {}, {}, {}
     for method in METHODS:
-        rows = [(o.truth, o.estimates[method]) for o in outcomes]
-        present = [(t, e) for t, e in rows if e is not None]
-        missing[method] = len(rows) - len(present)
-        bias[method] = float(np.mean([e[0] - t for t, e in present]))
-        coverage[method] = float(np.mean([e[1] <= t <= e[2] for t, e in present]))
-        width[method] = float(np.mean([e[2] - e[1] for _, e in present]))
+        row = stats(of(outcomes, method))
+        bias[method], coverage[method] = row.bias, row.coverage
+        width[method], missing[method] = row.width, row.missing
     return Summary(
         rate=rate,
         reps=len(outcomes),
@@ -384,6 +413,83 @@ def summarise(rate: float, outcomes: list[Outcome]) -> Summary:
     )
 
 
+@dataclass
+class Prepared:
+    """The labelled items with tier 0 computed, dealt into held-out folds."""
+
+    cases: list[Case]
+    folds: np.ndarray  # per case, -1 for those tier 0 does not measure
+    usable: list[int]  # the stream's items: with a question that tier 0 scores
+    judge_error: float
+    info: dict[str, Any]
+
+    def members(self, fold: int, held_out: bool) -> list[int]:
+        return [i for i in self.usable if (self.folds[i] == fold) == held_out]
+
+    def stream(
+        self,
+        members: Sequence[int],
+        rate: float,
+        traces: int,
+        rng: np.random.Generator,
+        tag: str,
+        turn_gap: float | None = None,
+    ) -> Stream:
+        """A labelled stream of traces of `members`' items, as conversations of several
+        turns, `turn_gap` traces of traffic apart (about 2 if None); its first `traces`."""
+        pools = pools_of(self.cases, members)
+        languages, weights = language_weights(self.cases, members)
+        kappa = 1.0 / ICC - 1.0
+        spacing = 1e-4 if turn_gap is None else turn_gap / traces
+        picked: list[int] = []
+        conversations: list[str] = []
+        starts: list[float] = []
+        n = 0
+        while len(picked) < traces:
+            language = languages[rng.choice(len(languages), p=weights)]
+            propensity = rng.beta(rate * kappa, (1.0 - rate) * kappa)
+            conversation = f"{tag}-c{n}"
+            start = rng.random()
+            for turn in range(1 + rng.poisson(MEAN_EXTRA_TURNS)):
+                bad = bool(rng.random() < propensity)
+                pool = pools.get((language, bad)) or next(
+                    p for (_, b), p in sorted(pools.items()) if b == bad and p
+                )
+                picked.append(pool[rng.integers(len(pool))])
+                conversations.append(conversation)
+                starts.append(start + turn * spacing)
+            n += 1
+        order = np.argsort(np.asarray(starts), kind="stable")[:traces]
+        stream = Stream(
+            cases=[picked[i] for i in order],
+            conversations=[conversations[i] for i in order],
+            unfaithful=np.zeros(0),
+            human=np.zeros(0),
+        )
+        label(stream, self.cases, self.judge_error, rng)
+        return stream
+
+
+def prepare(data: Path, k: int, seed: int, judge_error: float) -> Prepared:
+    started = time.perf_counter()
+    items = [it for it in load_items(data)]
+    cases, tier0_cpu = score_cases(items)
+    folds = assign_folds(cases, k, seed)
+    refit_tier0(cases, folds, k, Sampler(SamplingConfig()))
+    usable = [i for i, c in enumerate(cases) if c.item.trace.query and c.item.features]
+    info = {
+        "items": len(usable),
+        "unfaithful_items": sum(cases[i].item.hallucinated for i in usable),
+        "tier0_seconds": time.perf_counter() - started,
+        "tier0_cpu_ms_p50": float(np.median(tier0_cpu)),
+    }
+    return Prepared(cases, folds, usable, judge_error, info)
+
+
+WARM_UP = math.ceil(EstimatesConfig().calibration_window / SamplingConfig().rate)
+"""Traces whose uniform draw fills a calibration's window: a daemon that has run a while."""
+
+
 def run(
     rates: Sequence[float],
     reps: int,
@@ -394,50 +500,23 @@ def run(
     data: Path,
 ) -> tuple[list[Summary], dict[str, Any]]:
     started = time.perf_counter()
-    items = [it for it in load_items(data)]
-    cases, tier0_cpu = score_cases(items)
-    folds = assign_folds(cases, k, seed)
-    refit_tier0(cases, folds, k, Sampler(SamplingConfig()))
-    # the stream: items with a question that tier 0 scores (the estimates' population)
-    usable = [i for i, c in enumerate(cases) if c.item.trace.query and c.item.features]
-    info = {
-        "items": len(usable),
-        "unfaithful_items": sum(cases[i].item.hallucinated for i in usable),
-        "tier0_seconds": time.perf_counter() - started,
-        "tier0_cpu_ms_p50": float(np.median(tier0_cpu)),
-        "recording_cpu_us": recording_cost([cases[i] for i in usable]),
-    }
-    # The calibration as in a daemon that has run a while: its window of uniform labels full.
-    warm_up = math.ceil(EstimatesConfig().calibration_window / SamplingConfig().rate)
-    info["warm_up_traces"] = warm_up
+    prepared = prepare(data, k, seed, judge_error)
+    cases, info = prepared.cases, prepared.info
+    info["recording_cpu_us"] = recording_cost([cases[i] for i in prepared.usable])
+    info["warm_up_traces"] = WARM_UP
     summaries = []
     for rate in rates:
         rng = np.random.default_rng([seed, int(rate * 1e6)])
         outcomes = []
         for rep in range(reps):
             fold = rep % k
-            test = [i for i in usable if folds[i] == fold]
-            train = [i for i in usable if folds[i] != fold]
-            train_stream = build_stream(
-                pools_of(cases, train),
-                *language_weights(cases, train),
-                rate,
-                warm_up,
-                rng,
-                f"train-{rate}-{rep}",
-            )
-            label(train_stream, cases, judge_error, rng)
+            train = prepared.members(fold, held_out=False)
+            train_stream = prepared.stream(train, rate, WARM_UP, rng, f"train-{rate}-{rep}")
             calibrations = calibrate(train_stream, cases, fold)
-            stream = build_stream(
-                pools_of(cases, test),
-                *language_weights(cases, test),
-                rate,
-                traces,
-                rng,
-                f"test-{rate}-{rep}",
-            )
-            label(stream, cases, judge_error, rng)
-            outcomes.append(estimate_stream(stream, cases, fold, calibrations))
+            test = prepared.members(fold, held_out=True)
+            stream = prepared.stream(test, rate, traces, rng, f"test-{rate}-{rep}")
+            predictions = frozen_predictions(stream, cases, fold, calibrations)
+            outcomes.append(estimate_stream(stream, select(stream, cases, fold), predictions))
         summaries.append(summarise(rate, outcomes))
     info["seconds"] = time.perf_counter() - started
     return summaries, info

@@ -642,7 +642,10 @@ def _estimate_recorder(
     """The population estimates' sums, with their calibrations exported on the registry."""
     config = settings.estimates
     calibrations = Calibrations(
-        config.thresholds, config.calibration_window, config.calibration_min_labels
+        config.thresholds,
+        config.calibration_window,
+        config.calibration_min_labels,
+        config.calibration_epoch_seconds,
     )
     metrics.registry.register(calibrations)
     return EstimateRecorder(

@@ -11,7 +11,16 @@ from prometheus_client import CollectorRegistry
 
 from monitor import metrics_catalog as catalog
 from monitor.config.scoring import EstimatesConfig
-from monitor.estimates.calibration import BINS, Calibration, Calibrations, isotonic
+from monitor.estimates.calibration import (
+    BINS,
+    FOLDS,
+    RETAINED_FITS,
+    UNFITTED,
+    Calibration,
+    Calibrations,
+    fold_of,
+    isotonic,
+)
 from monitor.estimates.estimator import (
     TERMS,
     Observation,
@@ -22,6 +31,7 @@ from monitor.estimates.estimator import (
     uniform,
 )
 from monitor.estimates.recorder import EstimateRecorder
+from monitor.evaluators.sampler import unit_hash
 from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Prediction, Score, Selection
 from tests.support.traces import FIXED_TIME, make_trace
@@ -111,7 +121,7 @@ def test_the_running_sums_equal_the_sums_of_the_whole_sample(seed: int) -> None:
     registry = CollectorRegistry()
     counter = catalog.create(catalog.ESTIMATE_TERMS, registry)
     config = EstimatesConfig(thresholds={"faithfulness": 0.8})
-    calibrations = Calibrations(config.thresholds, window=100, min_labels=5)
+    calibrations = Calibrations(config.thresholds, window=100, min_labels=5, epoch_seconds=10.0)
     recorder = EstimateRecorder(
         evaluator="llm",
         config=config,
@@ -132,7 +142,7 @@ def test_the_running_sums_equal_the_sums_of_the_whole_sample(seed: int) -> None:
         )
         support = rng.random()
         tier0 = result("heuristic", support=support)
-        predicted = recorder.predict(trace, tier0)
+        predicted = recorder.predict(trace, tier0, read_at=float(i))
         recorder.count_traffic(trace.agent, predicted)
         for q in ("mean", "below"):
             p = predicted["faithfulness"]
@@ -144,14 +154,17 @@ def test_the_running_sums_equal_the_sums_of_the_whole_sample(seed: int) -> None:
         selection = Selection(
             uniform=True, inclusion_probability=probability, predictions=predicted
         )
-        recorder.count_judged(trace, tier0, selection, result("llm", faithfulness=judge))
+        recorder.count_judged(
+            trace, tier0, selection, result("llm", faithfulness=judge), now=i + 0.5
+        )
         cluster = conversation or trace.trace_id
         p = predicted["faithfulness"]
         observations["mean"].append(Observation(cluster, 1 / probability, judge, p.mean))
         observations["below"].append(
             Observation(cluster, 1 / probability, float(judge < 0.8), p.below)
         )
-    assert calibrations.get("faithfulness", "en").labels > 5  # later predictions were calibrated
+    assert calibrations.get("faithfulness", "en").labels > 5
+    assert set(predictions["mean"][100:]) - {UNFITTED.mean}, "later predictions were calibrated"
     for quantity in ("mean", "below"):
         exported = Terms.of(
             {
@@ -191,11 +204,11 @@ def test_judged_traces_outside_the_uniform_draw_or_unmeasured_are_not_in_the_sam
         config=config,
         terms=catalog.create(catalog.ESTIMATE_TERMS, registry),
         agent_label=AgentLabels(10),
-        calibrations=Calibrations(config.thresholds, 100, 5),
+        calibrations=Calibrations(config.thresholds, 100, 5, epoch_seconds=300.0),
     )
     trace = make_trace("q", ["ctx"], "answer", trace_id="t1")
     tier0 = result("heuristic", support=0.3)
-    predicted = recorder.predict(trace, tier0)
+    predicted = recorder.predict(trace, tier0, read_at=0.0)
     recorder.count_traffic(trace.agent, predicted)
     priority = Selection(
         uniform=False, inclusion_probability=0.05, priority="low_support", predictions=predicted
@@ -235,37 +248,101 @@ def test_isotonic_pools_adjacent_violators() -> None:
 
 
 def test_calibration_predicts_by_tier_zero_once_it_has_enough_labels() -> None:
-    calibration = Calibration(threshold=0.8, window=1000, min_labels=20)
-    assert calibration.predict(0.9) == Prediction(mean=0.0, below=0.0)
+    calibration = Calibration(threshold=0.8, window=1000, min_labels=20, folds=1)
+    assert calibration.predict(0.9, fold=0, epoch=0) == UNFITTED
     for i in range(19):
-        calibration.add(0.05 + (i % 10) / 10, 1.0 if i % 10 >= 5 else 0.0, now=float(i))
+        bad = i % 10 < 5
+        calibration.add(0.05 + (i % 10) / 10, 0.0 if bad else 1.0, fold=0, epoch=0, now=float(i))
     # too few labels: the same constant everywhere (the prediction-powered estimate is then
-    # the uniform-only one)
-    assert calibration.predict(0.05) == calibration.predict(0.95)
-    calibration.add(0.95, 1.0, now=19.0)
+    # the uniform-only one), never the labels' mean
+    assert calibration.predict(0.05, fold=0, epoch=1) == UNFITTED
+    assert calibration.predict(0.95, fold=0, epoch=1) == UNFITTED
+    calibration.add(0.95, 1.0, fold=0, epoch=1, now=19.0)
+    assert calibration.predict(0.05, fold=0, epoch=1) == UNFITTED, "arrived in epoch 1: not in it"
+    assert calibration.predict(0.05, fold=0, epoch=2) == Prediction(mean=0.0, below=1.0)
+    assert calibration.predict(0.95, fold=0, epoch=2) == Prediction(mean=1.0, below=0.0)
     assert calibration.labels == 20
-    assert calibration.predict(0.05) == Prediction(mean=0.0, below=1.0)
-    assert calibration.predict(0.95) == Prediction(mean=1.0, below=0.0)
     assert calibration.updated_at == 19.0
 
 
-def test_a_prediction_is_fixed_before_its_label_joins_the_calibration() -> None:
+def test_a_trace_is_predicted_by_the_fit_of_the_epoch_it_was_read_in_whenever_it_is_scored() -> (
+    None
+):
+    """Labels that arrive after a trace was read -- in its epoch or in later ones, as while a
+    drawn conversation's turn waits for the judge -- never change its prediction."""
+    calibration = Calibration(threshold=0.5, window=1000, min_labels=1, folds=1)
+    calibration.add(0.7, 0.9, fold=0, epoch=0)
+    scored_at_once = calibration.predict(0.7, fold=0, epoch=1)
+    assert scored_at_once == Prediction(mean=0.9, below=0.0)
+    calibration.add(0.7, 0.1, fold=0, epoch=1)
+    assert calibration.predict(0.7, fold=0, epoch=1) == scored_at_once, "later in its epoch"
+    calibration.add(0.7, 0.2, fold=0, epoch=2)
+    calibration.add(0.7, 0.3, fold=0, epoch=3)
+    read_later = calibration.predict(0.7, fold=0, epoch=4)
+    assert (read_later.mean, read_later.below) == pytest.approx((0.375, 0.75))
+    assert calibration.predict(0.7, fold=0, epoch=1) == scored_at_once, "epochs later"
+    assert calibration.predict(0.7, fold=0, epoch=2) == Prediction(mean=0.5, below=0.5)
+    assert calibration.predict(0.7, fold=0, epoch=0) == UNFITTED, "read before any label"
+
+
+def test_a_quiet_epoch_does_not_make_a_late_scored_trace_miss_the_labels_before_it() -> None:
+    """Nothing asked the calibration anything in epoch 2: a trace read then and scored in epoch 3
+    (its conversation held by the judge) is predicted as if it had been scored at once."""
+    asked_at_once = Calibration(threshold=0.5, window=1000, min_labels=1, folds=1)
+    quiet = Calibration(threshold=0.5, window=1000, min_labels=1, folds=1)
+    for calibration in (asked_at_once, quiet):
+        calibration.add(0.7, 0.9, fold=0, epoch=0)
+        calibration.add(0.7, 0.1, fold=0, epoch=1)
+    at_once = asked_at_once.predict(0.7, fold=0, epoch=2)
+    assert (at_once.mean, at_once.below) == pytest.approx((0.5, 0.5))
+    for calibration in (asked_at_once, quiet):
+        calibration.add(0.7, 0.0, fold=0, epoch=3)  # a label that arrived while it waited
+    assert quiet.predict(0.7, fold=0, epoch=2) == at_once
+    assert asked_at_once.predict(0.7, fold=0, epoch=2) == at_once
+
+
+def test_a_conversation_is_predicted_by_the_labels_of_the_other_folds_only() -> None:
+    """A drawn conversation's earlier turns are labels; its later turns are predicted without
+    them (cross-fitting by conversation), so its prediction does not depend on its own draw."""
     calibration = Calibration(threshold=0.5, window=1000, min_labels=1)
-    calibration.add(0.7, 1.0)
-    before = calibration.predict(0.7)
-    calibration.add(0.7, 0.0)  # the label of the trace predicted above
-    assert before == Prediction(mean=1.0, below=0.0)
-    assert calibration.predict(0.7) == Prediction(mean=0.5, below=0.5)
+    calibration.add(0.7, 0.0, fold=2, epoch=0)  # an earlier turn of a conversation of fold 2
+    assert calibration.predict(0.7, fold=2, epoch=1) == UNFITTED, "its later turn"
+    assert calibration.predict(0.7, fold=3, epoch=1) == Prediction(mean=0.0, below=1.0)
+    calibration.add(0.7, 0.9, fold=3, epoch=1)
+    assert calibration.predict(0.7, fold=2, epoch=2) == Prediction(mean=0.9, below=0.0)
+    assert calibration.predict(0.7, fold=3, epoch=2) == Prediction(mean=0.0, below=1.0)
+    assert calibration.predict(0.7, fold=0, epoch=2) == Prediction(mean=0.45, below=0.5)
+
+
+def test_folds_are_even_and_do_not_depend_on_the_draw() -> None:
+    keys = [f"conversation-{i}" for i in range(20_000)]
+    assert [fold_of(k) for k in keys[:50]] == [fold_of(k) for k in keys[:50]]
+    for members in (keys, [k for k in keys if unit_hash(k) < 0.2]):
+        shares = [sum(fold_of(k) == f for k in members) / len(members) for f in range(FOLDS)]
+        assert all(abs(share - 1 / FOLDS) < 0.02 for share in shares), shares
+
+
+def test_a_trace_read_before_every_kept_fit_takes_the_oldest_kept() -> None:
+    calibration = Calibration(threshold=0.5, window=1000, min_labels=1, folds=1)
+    for epoch in range(RETAINED_FITS + 2):
+        calibration.add(0.7, 0.9 if epoch < 2 else 0.1, fold=0, epoch=epoch)
+    calibration.predict(0.7, fold=0, epoch=RETAINED_FITS + 2)
+    # the fits of epochs 1 and 2 (one label of 0.9, two) were dropped; epoch 3's was kept
+    oldest = calibration.predict(0.7, fold=0, epoch=3)
+    assert oldest.mean == pytest.approx((0.9 + 0.9 + 0.1) / 3)
+    assert calibration.predict(0.7, fold=0, epoch=1) == oldest
 
 
 def test_the_calibration_forgets_beyond_its_window_and_fills_empty_bins() -> None:
-    calibration = Calibration(threshold=0.5, window=4, min_labels=1)
+    calibration = Calibration(threshold=0.5, window=4, min_labels=1, folds=1)
     for _ in range(4):
-        calibration.add(0.95, 0.0)
+        calibration.add(0.95, 0.0, fold=0, epoch=0)
     for _ in range(4):
-        calibration.add(0.35, 1.0)
+        calibration.add(0.35, 0.9, fold=0, epoch=1)
+    assert [calibration.predict(b / BINS, fold=0, epoch=2).mean for b in range(BINS)] == [
+        0.9
+    ] * BINS
     assert calibration.labels == 4
-    assert [calibration.predict(b / BINS).mean for b in range(BINS)] == [1.0] * BINS
 
 
 def test_prediction_powered_estimate_is_unbiased_whatever_the_prediction() -> None:

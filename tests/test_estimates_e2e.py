@@ -7,10 +7,16 @@ many of them beyond the uniform draw, up to the cap) and one with them off. The 
 scores an invented answer 0 and a grounded one 1, so the truth -- the judge's mean over all
 traffic -- is known. In both runs the exported estimate's 95% interval holds the truth, and the
 uniform draw is the same conversations; with priorities on, the judge's own mean is far off.
+
+The first half of the conversations is a calibration phase: produced and judged first, then,
+in a later epoch of the calibration (a short `estimates.calibration_epoch_seconds`), the second
+half is read and predicted by tier 0 calibrated on the first half's uniform draw, so the
+prediction-powered estimate is not merely the uniform-only one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from pathlib import Path
@@ -37,6 +43,8 @@ from tests.support.traces import RunningDaemon, encode, scoring_settings, wait_f
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 RATE = 0.3
+EPOCH_SECONDS = 1.0
+CALIBRATION_CONVERSATIONS = 75
 PRIORITIES_OFF = {
     "priority_faithfulness_below": 0.0,
     "priority_feedback_at_or_below": None,
@@ -92,17 +100,20 @@ async def run_daemon(
             results_topic=topics[2],
             sampling={"rate": RATE, **sampling},
             judge={"base_url": judge.url, "max_retries": 0, "timeout_seconds": 10},
+            estimates={"calibration_epoch_seconds": EPOCH_SECONDS},
         )
         daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
         value = daemon.metrics.registry.get_sample_value
         running = RunningDaemon(daemon)
         await running.started()
-        await produce(
-            broker.bootstrap,
-            topics[0],
-            [encode(t) for t in traces],
-            keys=[t["conversation_id"].encode() for t in traces],
-        )
+
+        async def send(batch: list[dict[str, Any]]) -> None:
+            await produce(
+                broker.bootstrap,
+                topics[0],
+                [encode(t) for t in batch],
+                keys=[t["conversation_id"].encode() for t in batch],
+            )
 
         def judged() -> float:
             return sum(
@@ -110,7 +121,7 @@ async def run_daemon(
                 for o in ("sampled", "priority")
             )
 
-        def done() -> bool:
+        def done(count: int) -> bool:
             processed = value(
                 "ragmon_traces_processed_total", {"agent": "default", "outcome": "ok"}
             )
@@ -122,9 +133,16 @@ async def run_daemon(
                 or 0.0
                 for o in ("ok", "partial", "error")
             )
-            return processed == len(traces) and evaluations == judged()
+            return processed == count and evaluations == judged()
 
-        await wait_for(done, 240, "every trace scored and every judgement back", interval=0.5)
+        first = [t for t in traces if int(t["conversation_id"][5:]) < CALIBRATION_CONVERSATIONS]
+        await send(first)
+        await wait_for(lambda: done(len(first)), 240, "the calibration phase", interval=0.5)
+        await asyncio.sleep(EPOCH_SECONDS)  # the rest is read in a later epoch
+        await send(traces[len(first) :])
+        await wait_for(
+            lambda: done(len(traces)), 240, "every trace scored and every judgement back", 0.5
+        )
         of_faithfulness = {**judge_labels(), "quantity": "mean"}
         terms = Terms.of(
             {
@@ -152,6 +170,11 @@ async def run_daemon(
             or 0.0,
             "raw_mean": sum(s for s, _ in raw.values()) / sum(n for _, n in raw.values()),
             "priority_scores": raw["priority"][1],
+            "calibration_labels": value(
+                "ragmon_estimate_calibration_labels",
+                {"metric": "faithfulness", "language": "en"},
+            )
+            or 0.0,
         }
         expected = len(traces) + int(counts["judged"])  # tier 0's results and the judge's
         published = [r.value for r in await read_all(broker.bootstrap, topics[2], expected)]
@@ -193,6 +216,10 @@ async def test_the_estimate_holds_the_truth_with_priority_rules_on_and_off(
         powered, plain = prediction_powered(terms), uniform(terms)
         assert covers(powered, truth), (powered, truth)
         assert covers(plain, truth), (plain, truth)
+        # the second half was predicted by tier 0 calibrated on the first half's draw, which
+        # tells grounded from invented answers here: a narrower interval than the draw's alone
+        assert counts["calibration_labels"] >= 30
+        assert powered is not None and plain is not None and powered.stderr < plain.stderr
         # every judged result says why it was judged, in the store and on the results topic
         assert len(stored) == counts["judged"]
         assert all(r.selection is not None and r.selection.judged for r in stored)

@@ -57,7 +57,9 @@ def every_metrics_class(registry: CollectorRegistry) -> None:
     metrics = Metrics(registry)
     OtlpMetrics(registry)
     ScoringMetrics(registry, metrics.agent_label)
-    registry.register(Calibrations({"faithfulness": 0.8}, window=10, min_labels=1))
+    registry.register(
+        Calibrations({"faithfulness": 0.8}, window=10, min_labels=1, epoch_seconds=300.0)
+    )
     JudgeMetrics(registry).register_evaluator("llm")
     GoldenMetrics(registry).init_suite("suite", {"mrr": 0.7})
     RetryMetrics.of(registry)

@@ -1,6 +1,6 @@
 """Work cut short by the shutdown deadline, or by a write refused for good, is never committed.
 
-Unit tests of the ingest stage with a processing stage that never finishes, and of the last
+Unit tests of the score stage with a processing stage that never finishes, and of the last
 guard of `rag-monitor run`; the real process ending within its deadline is
 `tests/test_faults_shutdown.py`.
 """

@@ -62,6 +62,12 @@ class EstimatesConfig(Section):
     calibration_min_labels: int = Field(
         default=30, gt=0, description="judged traces before a calibration predicts by tier 0"
     )
+    calibration_epoch_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="how often the calibrations take in new labels: a trace is predicted by the "
+        "fit of the epoch it was read in, made of the labels that arrived before it began",
+    )
 
     @field_validator("thresholds")
     @classmethod

@@ -6,17 +6,32 @@ of the uniform draw: the tier-0 score that predicts the metric (``support`` for 
 see monitor.estimates.recorder) is cut into ten equal bins, and a monotone step function is fitted
 by pooling adjacent bins that violate the order (isotonic regression, pool-adjacent-violators,
 weighted by the labels in each bin): the expected judge score rises with the tier-0 score, the
-chance of a judge score below the metric's threshold falls. Until `min_labels` labels are in,
-the prediction is a constant (the labels' mean), which makes the prediction-powered estimate the
-uniform-only one exactly.
+chance of a judge score below the metric's threshold falls.
 
-A trace's prediction is made from the labels in before it, and recorded; its own label joins
-only after its judge answered. So no label corrects a prediction it was fitted on (cross-fitting
-by time), which keeps the prediction-powered estimate unbiased whatever the fit's quality.
+The prediction-powered estimate is unbiased only if a trace's prediction does not depend on
+whether the draw chose the trace (docs/metrics.md, "Population estimates"). Two things would
+make it depend on that, and both are ruled out here:
+
+- *When* the trace is predicted. A judged turn holds its conversation until the judge answers,
+  so the turns of drawn conversations are scored later than others, when more labels are in. So
+  the fits change only at epoch boundaries (`estimates.calibration_epoch_seconds`), and a trace
+  is predicted by the fit of the epoch it was *read* in (monitor.stages.read_time), made of the
+  labels that arrived before that epoch began, however late the trace is scored. Until a fit has
+  `min_labels` labels the prediction is the constant `UNFITTED`, never the labels' running mean
+  (with a constant prediction the prediction-powered estimate is the uniform-only one).
+- *Which* labels predict it. A drawn conversation's earlier turns would be labels of the fit that
+  predicts its later turns. So conversations are dealt into `FOLDS` folds by a hash of their id
+  (independent of the draw's hash), and a trace is predicted by the fit of the other folds'
+  labels only (cross-fitting).
+
+What remains is shared load: a drawn conversation's judge calls and unfinished traces slightly
+delay other traces' labels and reading; bench/estimates.py measures the design with the
+daemon's timing.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -26,13 +41,31 @@ from prometheus_client.registry import Collector
 
 from monitor import metrics_catalog as catalog
 from monitor.evaluators.language import identify
+from monitor.evaluators.sampler import unit_hash
 from monitor.models import Prediction
 
 BINS = 10
+FOLDS = 5
+RETAINED_FITS = 32
+"""Fits kept per calibration for traces scored epochs after they were read (one per epoch in
+which labels arrived). A trace older than all of them takes the oldest kept."""
+UNFITTED = Prediction(mean=1.0, below=0.0)
+"""The prediction of a fit with fewer than `min_labels` labels: the judge finds nothing wrong.
+Any constant makes the prediction-powered estimate the uniform-only one; one near typical
+scores keeps the estimate's variance low over windows that mix fitted and unfitted epochs."""
+
+Fit = tuple[Prediction, ...]  # per bin
+_Label = tuple[int, int, float, float]  # fold, bin, judge score, 1 if below the threshold
 
 
-def _bin(x: float) -> int:
+def bin_of(x: float) -> int:
     return min(BINS - 1, max(0, int(x * BINS)))
+
+
+def fold_of(key: str) -> int:
+    """The calibration fold of a conversation (or of a trace without one), by a hash of its id
+    that the draw's hash (monitor.evaluators.sampler) does not predict."""
+    return min(FOLDS - 1, int(unit_hash(f"calibration fold\x00{key}") * FOLDS))
 
 
 def isotonic(means: list[float], weights: list[float], increasing: bool = True) -> list[float]:
@@ -54,60 +87,43 @@ def isotonic(means: list[float], weights: list[float], increasing: bool = True) 
     return fitted
 
 
-class Calibration:
-    """Expected judge score, and chance below `threshold`, given one tier-0 score."""
+class BinSums:
+    """Labels per bin of the predictor: how many, their judge scores' sum, how many below."""
 
-    def __init__(self, threshold: float, window: int, min_labels: int) -> None:
-        self.threshold = threshold
-        self._min_labels = min_labels
-        self._labels: deque[tuple[int, float, float]] = deque(maxlen=window)
-        self._count = [0] * BINS
-        self._sum = [0.0] * BINS
-        self._below = [0.0] * BINS
-        self._fit: tuple[list[float], list[float]] | None = None
-        self.updated_at: float | None = None  # time.monotonic() of the newest label
+    __slots__ = ("below", "count", "total")
 
-    @property
-    def labels(self) -> int:
-        return len(self._labels)
+    def __init__(self) -> None:
+        self.count = [0] * BINS
+        self.total = [0.0] * BINS
+        self.below = [0.0] * BINS
 
-    def add(self, x: float, judge: float, now: float | None = None) -> None:
-        """One judged trace: its tier-0 score `x` and the judge's score."""
-        if len(self._labels) == self._labels.maxlen:
-            old_bin, old_y, old_below = self._labels[0]
-            self._count[old_bin] -= 1
-            self._sum[old_bin] -= old_y
-            self._below[old_bin] -= old_below
-        label = (_bin(x), judge, 1.0 if judge < self.threshold else 0.0)
-        self._labels.append(label)
-        self._count[label[0]] += 1
-        self._sum[label[0]] += label[1]
-        self._below[label[0]] += label[2]
-        self._fit = None
-        self.updated_at = time.monotonic() if now is None else now
+    def add(self, b: int, judge: float, below: float, sign: int = 1) -> None:
+        self.count[b] += sign
+        self.total[b] += sign * judge
+        self.below[b] += sign * below
 
-    def predict(self, x: float) -> Prediction:
-        mean, below = self._fitted()
-        return Prediction(mean=mean[_bin(x)], below=below[_bin(x)])
+    def without(self, other: BinSums) -> BinSums:
+        out = BinSums()
+        out.count = [a - b for a, b in zip(self.count, other.count, strict=True)]
+        out.total = [a - b for a, b in zip(self.total, other.total, strict=True)]
+        out.below = [a - b for a, b in zip(self.below, other.below, strict=True)]
+        return out
 
-    def _fitted(self) -> tuple[list[float], list[float]]:
-        if self._fit is None:
-            self._fit = self._refit()
-        return self._fit
-
-    def _refit(self) -> tuple[list[float], list[float]]:
-        n = len(self._labels)
-        if n < self._min_labels:
-            mean = sum(self._sum) / n if n else 0.0
-            below = sum(self._below) / n if n else 0.0
-            return [mean] * BINS, [below] * BINS
-        filled = [b for b in range(BINS) if self._count[b] > 0]
-        weights = [float(self._count[b]) for b in filled]
-        means = isotonic([self._sum[b] / self._count[b] for b in filled], weights)
+    def fit(self, min_labels: int) -> Fit | None:
+        """The isotonic fit of these labels; None with fewer than `min_labels`."""
+        n = sum(self.count)
+        if n == 0 or n < min_labels:
+            return None
+        filled = [b for b in range(BINS) if self.count[b] > 0]
+        weights = [float(self.count[b]) for b in filled]
+        means = isotonic([self.total[b] / self.count[b] for b in filled], weights)
         belows = isotonic(
-            [self._below[b] / self._count[b] for b in filled], weights, increasing=False
+            [self.below[b] / self.count[b] for b in filled], weights, increasing=False
         )
-        return _spread(filled, means), _spread(filled, belows)
+        return tuple(
+            Prediction(mean=m, below=p)
+            for m, p in zip(_spread(filled, means), _spread(filled, belows), strict=True)
+        )
 
 
 def _spread(filled: list[int], values: list[float]) -> list[float]:
@@ -122,6 +138,84 @@ def _spread(filled: list[int], values: list[float]) -> list[float]:
     return out
 
 
+class Calibration:
+    """Expected judge score, and chance below `threshold`, given one tier-0 score, per epoch
+    and fold (see the module's docstring). Epochs are numbered by the caller (whole numbers
+    that never go back: monitor.estimates.calibration.Calibrations.epoch_at)."""
+
+    def __init__(self, threshold: float, window: int, min_labels: int, folds: int = FOLDS) -> None:
+        self.threshold = threshold
+        self._min_labels = min_labels
+        self._folds = folds
+        self._labels: deque[_Label] = deque(maxlen=window)  # in the fits, oldest first
+        self._pending: deque[_Label] = deque(maxlen=window)  # arrived in epoch self._epoch
+        self._sums = BinSums()
+        self._fold_sums = [BinSums() for _ in range(folds)]
+        self._epoch: int | None = None  # the newest epoch seen
+        self._fits: deque[tuple[int, tuple[Fit | None, ...]]] = deque(maxlen=RETAINED_FITS)
+        self._forgot = False  # fits older than the kept ones were dropped
+        self.updated_at: float | None = None  # time.monotonic() of the newest label
+
+    @property
+    def labels(self) -> int:
+        """Labels the current fits are made of (all folds; those of this epoch not yet)."""
+        return len(self._labels)
+
+    def add(
+        self, x: float, judge: float, *, fold: int, epoch: int, now: float | None = None
+    ) -> None:
+        """One judged trace of `fold` whose label arrived in `epoch`: its tier-0 score `x` and
+        the judge's score. It joins the fits of the epochs after `epoch`."""
+        self._advance(epoch)
+        below = 1.0 if judge < self.threshold else 0.0
+        self._pending.append((fold % self._folds, bin_of(x), judge, below))
+        self.updated_at = time.monotonic() if now is None else now
+
+    def predict(self, x: float, *, fold: int, epoch: int) -> Prediction:
+        """The prediction for a trace of `fold` read in `epoch`: from the labels of the other
+        folds that arrived before `epoch` began, whenever this is asked."""
+        self._advance(epoch)
+        fits = self._fits_of(epoch)
+        fit = fits[fold % self._folds] if fits is not None else None
+        return UNFITTED if fit is None else fit[bin_of(x)]
+
+    def _advance(self, epoch: int) -> None:
+        """Into a new epoch: the labels of the last one seen join the fits, fitted once for all.
+        The new fits hold from the epoch after that one, even when nothing asked for a
+        prediction or brought a label since (a quiet calibration): a trace read then is
+        predicted by them, whether it is scored before or after this call."""
+        if self._epoch is not None and epoch <= self._epoch:
+            return
+        if self._pending and self._epoch is not None:  # (a label's add() set the epoch)
+            for label in self._pending:
+                self._commit(label)
+            self._pending.clear()
+            self._forgot |= len(self._fits) == self._fits.maxlen
+            fits = tuple(self._fit(fold) for fold in range(self._folds))
+            self._fits.append((self._epoch + 1, fits))
+        self._epoch = epoch
+
+    def _commit(self, label: _Label) -> None:
+        if len(self._labels) == self._labels.maxlen:
+            fold, b, judge, below = self._labels[0]
+            self._sums.add(b, judge, below, -1)
+            self._fold_sums[fold].add(b, judge, below, -1)
+        self._labels.append(label)
+        fold, b, judge, below = label
+        self._sums.add(b, judge, below)
+        self._fold_sums[fold].add(b, judge, below)
+
+    def _fit(self, fold: int) -> Fit | None:
+        others = self._sums.without(self._fold_sums[fold]) if self._folds > 1 else self._sums
+        return others.fit(self._min_labels)
+
+    def _fits_of(self, epoch: int) -> tuple[Fit | None, ...] | None:
+        for start, fits in reversed(self._fits):
+            if start <= epoch:
+                return fits
+        return self._fits[0][1] if self._forgot else None
+
+
 def answer_language(answer: str) -> str:
     """The calibration's language key: ``en``, ``ja``, ``other`` or ``unknown`` (bounded)."""
     language = identify(answer)
@@ -129,13 +223,21 @@ def answer_language(answer: str) -> str:
 
 
 class Calibrations(Collector):
-    """Every (metric, language) calibration; exports their sizes and ages (per replica)."""
+    """Every (metric, language) calibration, and the epochs they change at; exports their
+    sizes and ages (per replica)."""
 
-    def __init__(self, thresholds: dict[str, float], window: int, min_labels: int) -> None:
+    def __init__(
+        self, thresholds: dict[str, float], window: int, min_labels: int, epoch_seconds: float
+    ) -> None:
         self._thresholds = thresholds
         self._window = window
         self._min_labels = min_labels
+        self._epoch_seconds = epoch_seconds
         self._by_key: dict[tuple[str, str], Calibration] = {}
+
+    def epoch_at(self, monotonic: float) -> int:
+        """The epoch of a moment of `time.monotonic()`."""
+        return math.floor(monotonic / self._epoch_seconds)
 
     def get(self, metric: str, language: str) -> Calibration:
         key = (metric, language)

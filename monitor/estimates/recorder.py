@@ -1,12 +1,14 @@
 """Keeps the running sums of the population estimates as the daemon scores traces.
 
 For every trace of the traffic (with a judge configured), per judge metric whose tier-0
-predictor was measured: the calibrated prediction, made now and recorded on the trace's results,
+predictor was measured: the calibrated prediction, by the fit of the epoch the trace was read in
+and of the other folds' labels (monitor.estimates.calibration), recorded on the trace's results,
 is counted (`traces`, `predicted`). For every judged trace of the uniform draw, per metric the
 judge measured: the conversation's running totals M_c, Y_c, F_c (monitor.estimates.estimator)
 grow by the trace's w, w y and w f, and the counters of their sums and of the sums of their
 products grow by what that adds (all values are non-negative, so the sums of squares only grow:
-they are counters). The judged trace then joins its calibration, for later traces' predictions.
+they are counters). The judged trace then joins its calibration, for the predictions of traces
+read in later epochs.
 
 A conversation is consumed by one replica (the input is keyed by conversation), so its totals
 live here, bounded like the conversation tracker's state: idle ones are dropped after
@@ -21,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 from monitor.config.scoring import EstimatesConfig
-from monitor.estimates.calibration import Calibrations, answer_language
+from monitor.estimates.calibration import Calibrations, answer_language, fold_of
 from monitor.estimates.estimator import Term
 from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Prediction, Selection, Trace
@@ -61,14 +63,20 @@ class EstimateRecorder:
         self._totals = OrderedDict()
         self._children: dict[tuple[str, str, str, str], CounterChild] = {}  # bounded: agent labels
 
-    def predict(self, trace: Trace, tier0: EvaluationResult) -> dict[str, Prediction]:
-        """The calibrated predictions of every estimated metric tier 0 can predict here."""
+    def predict(
+        self, trace: Trace, tier0: EvaluationResult, read_at: float
+    ) -> dict[str, Prediction]:
+        """The calibrated predictions of every estimated metric tier 0 can predict here, for a
+        trace read at `read_at` (time.monotonic()): the same whenever it is asked."""
         language = answer_language(trace.answer)
+        fold = fold_of(trace.partition_key)
+        epoch = self.calibrations.epoch_at(read_at)
         out: dict[str, Prediction] = {}
         for metric in self._thresholds:
             x = _predictor(tier0, metric)
             if x is not None:
-                out[metric] = self.calibrations.get(metric, language).predict(x)
+                calibration = self.calibrations.get(metric, language)
+                out[metric] = calibration.predict(x, fold=fold, epoch=epoch)
         return out
 
     def count_traffic(self, agent: str, predictions: Mapping[str, Prediction]) -> None:
@@ -94,6 +102,8 @@ class EstimateRecorder:
         weight = 1.0 / selection.inclusion_probability
         totals = self._conversation(trace, label, now)
         language = answer_language(trace.answer)
+        fold = fold_of(trace.partition_key)
+        epoch = self.calibrations.epoch_at(now)
         for metric, prediction in selection.predictions.items():
             if metric not in self._thresholds:
                 continue
@@ -105,7 +115,9 @@ class EstimateRecorder:
             for quantity in QUANTITIES:
                 y = score.value if quantity == "mean" else float(score.value < threshold)
                 self._add(label, metric, quantity, totals, weight, y, _of(prediction, quantity))
-            self.calibrations.get(metric, language).add(x, score.value, now)
+            self.calibrations.get(metric, language).add(
+                x, score.value, fold=fold, epoch=epoch, now=now
+            )
 
     def _add(
         self,

@@ -14,7 +14,8 @@ Traces of one conversation are processed one at a time, in the order of their st
 batch; across batches in the order read), while different conversations run concurrently. Each
 trace is processed under the claim of the partitions it was read from (`faults.owned_while`),
 which the sinks check before they write and the conversation stage keeps its state by; a
-revocation forgets the state of the revoked partitions only.
+revocation forgets the state of the revoked partitions only. Each is processed knowing when it
+was read (`stages.read_time`), however long it waited.
 
 Where this sits in the data flow: docs/architecture.md.
 """
@@ -42,6 +43,7 @@ from monitor.sources.offsets import OffsetTracker
 from monitor.stages import offloaded
 from monitor.stages.conversation import turn_order_key
 from monitor.stages.ports import Assembled
+from monitor.stages.read_time import read_at
 from monitor.stages.reject import Rejecter
 from monitor.telemetry import context_from_headers
 from monitor.typing import TraceProcessor
@@ -57,6 +59,7 @@ SERVICE_RETRY_SECONDS = 1.0  # before processing again a trace a service fault h
 class _Work:
     trace: Trace
     tokens: tuple[RawMessage, ...]
+    read_at: float  # time.monotonic() when it was decoded (monitor.stages.read_time)
     parent: Context | None = None
     # the generation of each of the tokens' partitions when they were read (`owned`)
     generations: tuple[tuple[TopicPartition, int], ...] = ()
@@ -153,7 +156,7 @@ class ScoreStage:
         self, trace: Trace, tokens: tuple[RawMessage, ...], parent: Context | None = None
     ) -> _Work:
         generations = tuple((t.tp, self._tracker.generation(t.tp)) for t in tokens)
-        return _Work(trace, tokens, parent, generations)
+        return _Work(trace, tokens, time.monotonic(), parent, generations)
 
     def _owned(self, item: _Work) -> bool:
         """The trace's partitions are still ours (not revoked since it was read)."""
@@ -245,7 +248,8 @@ class ScoreStage:
         agent = self._metrics.agent_label(trace.agent)
         finished = True
         try:
-            with owned_while(lambda: self._owned(item), tuple(tp for tp, _ in item.generations)):
+            partitions = tuple(tp for tp, _ in item.generations)
+            with owned_while(lambda: self._owned(item), partitions), read_at(item.read_at):
                 await self._process_held(item)
             self._metrics.traces_processed.labels(agent, "ok").inc()
         except ProduceRejected as exc:

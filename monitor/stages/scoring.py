@@ -6,9 +6,10 @@ topic, then to the store (with the conversation's turn row and the turns it move
 step) and the metrics. A trace is finished (its offset committable) once its results are
 published and stored, and, when it was sampled, once the judge has answered or given up. Judge
 work beyond the queue bound is shed and counted; it never blocks consumption. With a judge,
-each trace's tier-0 predictions of the judge's scores are counted for the population
-estimates, and a judged result carries its `selection` (why it was judged) and, from the
-uniform draw, joins the estimates' sample (monitor.estimates).
+each trace's tier-0 predictions of the judge's scores (by the calibration of when the trace was
+read, not of when it is scored) are counted for the population estimates, and a judged result
+carries its `selection` (why it was judged) and, from the uniform draw, joins the estimates'
+sample (monitor.estimates).
 
 Tier 0 checks the constraints a trace carries (those with a `kind`), with or without a
 conversation; the judge's result carries the same verdicts. The verdicts of a trace without a
@@ -32,6 +33,7 @@ Where this sits in the data flow: docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -54,6 +56,7 @@ from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.span_events import add_evaluation_events
 from monitor.sinks.store import Store, StoredResult
+from monitor.stages.read_time import current_read_at
 from monitor.typing import Judge, SyncEvaluator, TextRedactor
 
 if TYPE_CHECKING:
@@ -140,6 +143,9 @@ class ScoringProcessor:
 
     async def process(self, trace: Trace) -> None:
         count = revision(trace) == 1
+        read_at = current_read_at()
+        if read_at is None:  # not from the score stage: read now
+            read_at = time.monotonic()
         if incomplete(trace) and await self._has_whole_result(trace):
             # Spans of a trace already scored whole, arriving where nobody remembers it (after a
             # rebalance): they must not overwrite the whole trace's result with a fragment's.
@@ -153,7 +159,7 @@ class ScoringProcessor:
             tier0 = self._flagged(trace, await self._tier0_result(trace))
             if turn is None and count:
                 self._count_constraints(tier0)
-            selection, judging = self._judge_if_sampled(trace, tier0, count)
+            selection, judging = self._judge_if_sampled(trace, tier0, read_at, count)
             try:
                 await self._emit(trace, tier0, turn, count)
                 if judging is not None:
@@ -203,10 +209,11 @@ class ScoringProcessor:
         return self._tier0.evaluate(trace)
 
     def _judge_if_sampled(
-        self, trace: Trace, tier0: EvaluationResult, count: bool = True
+        self, trace: Trace, tier0: EvaluationResult, read_at: float, count: bool = True
     ) -> tuple[Selection | None, asyncio.Task[EvaluationResult | None] | None]:
         """The trace's selection for the judge (None without a judge) and the judge's task,
-        when it is judged."""
+        when it is judged; its predictions for the estimates are those of when it was read
+        (`read_at`, a time.monotonic() reading)."""
         agent = self._metrics.agent_label(trace.agent)
         self._sampler.observe_queue(self._judge_depth)
         self._metrics.effective_rate.labels(agent).set(self._sampler.effective_rate(trace.agent))
@@ -215,7 +222,7 @@ class ScoringProcessor:
         choice = self._sampler.select(trace, tier0)
         selection, decision = choice.selection, choice.decision
         if self._estimates is not None:
-            predictions = self._estimates.predict(trace, tier0)
+            predictions = self._estimates.predict(trace, tier0, read_at)
             selection = selection.model_copy(update={"predictions": predictions})
             if count:
                 self._estimates.count_traffic(trace.agent, predictions)
