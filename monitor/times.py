@@ -30,3 +30,8 @@ def micros(moment: datetime) -> int:
 
 def micros_from_ns(ns: int) -> int:
     return ns // 1000
+
+
+def millis_from_ns(ns: int) -> float:
+    """A duration in nanoseconds as milliseconds (`Trace.latency_ms`)."""
+    return ns / 1e6

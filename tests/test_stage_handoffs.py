@@ -23,7 +23,7 @@ from monitor.models import AssemblyRecord
 from monitor.stages.conversation import ConversationMetrics, ConversationTracker, start_micros
 from monitor.stages.router import ASSEMBLE, REKEY, SCORE, Router
 from monitor.stages.scoring import incomplete, revision
-from monitor.times import datetime_from_ns, micros, micros_from_ns
+from monitor.times import datetime_from_ns, micros, micros_from_ns, millis_from_ns
 from tests.support.otlp_spans import App, encode
 from tests.support.otlp_turns import langchain_turn
 from tests.support.traces import make_trace, native_trace
@@ -35,6 +35,7 @@ def test_time_conversions_are_exact_to_the_microsecond() -> None:
     moment = datetime_from_ns(START_NS)
     assert moment == datetime(2025, 11, 27, 8, 0, 0, 123456, tzinfo=UTC)
     assert micros(moment) == micros_from_ns(START_NS) == START_NS // 1000
+    assert millis_from_ns(1_500_000) == 1.5
     with pytest.raises(ValueError, match="not a representable time"):
         datetime_from_ns(10**30)
 

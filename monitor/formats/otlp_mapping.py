@@ -61,7 +61,7 @@ from monitor.formats.otlp_values import (
     unwrap,
 )
 from monitor.models import DEFAULT_AGENT, Context, Trace, Usage
-from monitor.times import datetime_from_ns
+from monitor.times import datetime_from_ns, millis_from_ns
 
 if TYPE_CHECKING:  # otlp.py imports this module; SpanRecord is only needed for annotations
     from monitor.formats.otlp import SpanRecord
@@ -401,7 +401,7 @@ def _map(spans: Sequence[SpanRecord], score_plain_llm_calls: bool) -> Trace | No
         contexts_without_text=textless or None,
         answer=answer,
         model=_model(metered[-1]) if metered else None,
-        latency_ms=duration / 1e6 if top.end_time_unix_nano and duration >= 0 else None,
+        latency_ms=millis_from_ns(duration) if top.end_time_unix_nano and duration >= 0 else None,
         usage=_usage(metered),
         metadata=_metadata(top, outermost, llms),
     )
