@@ -27,9 +27,9 @@ from prometheus_client import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.config.conversation import ConversationConfig
+from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Score, StatementVerdict, Trace
-from monitor.pipeline.conversation import ConversationMetrics, ConversationTracker
-from monitor.sinks.metrics import AgentLabels
+from monitor.stages.conversation import ConversationMetrics, ConversationTracker
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
 

@@ -78,9 +78,9 @@ from monitor.estimates.estimator import (  # noqa: E402
 from monitor.estimates.recorder import EstimateRecorder  # noqa: E402
 from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
 from monitor.evaluators.sampler import Sampler, unit_hash  # noqa: E402
+from monitor.metrics import AgentLabels  # noqa: E402
 from monitor.metrics_catalog import ESTIMATE_TERMS, create  # noqa: E402
 from monitor.models import EvaluationResult, PriorityReason, Score  # noqa: E402
-from monitor.sinks.metrics import AgentLabels  # noqa: E402
 
 METRIC = "faithfulness"
 ICC = 0.2  # intra-conversation correlation of the propensity to invent

@@ -15,7 +15,7 @@ Time is counted in traces of traffic: trace i is read at time i. A conversation'
 scored one at a time, in order; a judged turn (drawn or a priority) holds its conversation
 until the judge answers, after a latency drawn uniformly between half and one and a half times
 `latency`, and a label of the uniform draw joins the calibration then. So the turns of drawn
-conversations are scored later than the others, as in the daemon (monitor.pipeline.ingest and
+conversations are scored later than the others, as in the daemon (monitor.stages.score and
 scoring). The judge has no concurrency limit here and reading never waits for capacity: the
 shared load those add is what the daemon's design leaves (monitor.estimates.calibration).
 

@@ -41,16 +41,20 @@ from pydantic import SecretStr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitor.daemon import Daemon, SourceSpec
+from monitor.formats.otlp import decode_otlp
+from monitor.formats.otlp_split import split_by_trace
 from monitor.logs import configure_logging
 from monitor.messages import RawMessage
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.sinks.metrics import Metrics
-from monitor.sources.otlp import decode_otlp
-from monitor.sources.otlp_split import split_by_trace
-from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken
+from monitor.sources.offsets import OffsetTracker
+from monitor.stages.assemble import AssembleStage, OtlpMetrics
+from monitor.stages.parts import PartToken
+from monitor.stages.reject import Rejecter
 from tests.support.kafka_io import create_topics, produce
 from tests.support.otlp_spans import App, encode
 from tests.support.otlp_turns import MS, langchain_turn
+from tests.support.recorder import LetterRecorder
 from tests.support.traces import daemon_settings, native_trace
 
 PARTITIONS = 6
@@ -217,25 +221,33 @@ def assembly_memory(count: int) -> tuple[float, float]:
     settings = daemon_settings("localhost:1", ["t"], "g", "dlq")
     metrics = Metrics(CollectorRegistry())
 
-    async def nothing(*_: Any) -> None:
-        return None
+    class Nothing:  # nothing is released here
+        async def take_assembled(self, items: Any) -> None:
+            return None
 
     gc.collect()
     tracemalloc.start()
-    assembly = Assembly(
+    tracker = OffsetTracker()
+    assembly = AssembleStage(
         kafka=settings.kafka,
         metrics=metrics,
         otlp_metrics=OtlpMetrics(metrics.registry),
-        dead_letters=None,  # type: ignore[arg-type]  # nothing is released here
-        output=nothing,
-        finish=lambda _: None,
+        rejecter=Rejecter(
+            LetterRecorder(), metrics, tracker, max_bytes=settings.kafka.max_message_bytes
+        ),
+        tracker=tracker,
+        output=Nothing(),
     )
-    for offset, message in enumerate(messages):
-        value = bytes(bytearray(message))  # what a fetch hands over: a fresh object
-        msg = RawMessage("spans", offset % 12, offset, None, value)
-        token = PartToken(msg, msg, "otlp_proto")
-        for part in split_by_trace(value, "otlp_proto").parts:
-            assembly.add(part, token, 0.0)
+
+    async def add_all(assembly: AssembleStage) -> None:
+        for offset, message in enumerate(messages):
+            value = bytes(bytearray(message))  # what a fetch hands over: a fresh object
+            msg = RawMessage("spans", offset % 12, offset, None, value)
+            token = PartToken(msg, msg, "otlp_proto")
+            for part in split_by_trace(value, "otlp_proto").parts:
+                await assembly.add(part, token, 0.0)
+
+    asyncio.run(add_all(assembly))
     assert assembly.assembler.pending == count
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()

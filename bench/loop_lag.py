@@ -32,7 +32,7 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,15 +45,19 @@ from monitor.config import KafkaConfig
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.evaluators.sampler import Sampler
+from monitor.formats.assembly import Release
+from monitor.formats.native import decode_native
 from monitor.messages import RawMessage
+from monitor.metrics import AgentLabels, Metrics
 from monitor.models import Context, Trace
 from monitor.offload import offload
-from monitor.pipeline.scoring import DEFAULT_OFFLOAD_CHARS, ScoringProcessor
-from monitor.sinks.metrics import AgentLabels, Metrics
 from monitor.sinks.scoring_metrics import ScoringMetrics
-from monitor.sources.assembly import Release
-from monitor.sources.native import decode_native
-from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken, split_offloaded
+from monitor.sources.offsets import OffsetTracker
+from monitor.stages import offloaded
+from monitor.stages.assemble import AssembleStage, OtlpMetrics
+from monitor.stages.parts import PartToken
+from monitor.stages.reject import Rejecter
+from monitor.stages.scoring import DEFAULT_OFFLOAD_CHARS, ScoringProcessor
 from tests.support.otlp_big import wide_trace
 from tests.support.recorder import LetterRecorder
 from tests.support.traces import native_trace
@@ -123,24 +127,27 @@ async def assemble(messages: list[bytes], max_spans: int) -> str:
     letters = LetterRecorder()
     mapped: list[Trace] = []
 
-    async def output(items: list[tuple[Trace, Release[PartToken]]]) -> None:
-        mapped.extend(trace for trace, _ in items)
+    class Mapped:
+        async def take_assembled(self, items: Sequence[tuple[Trace, Release[PartToken]]]) -> None:
+            mapped.extend(trace for trace, _ in items)
 
-    assembly = Assembly(
-        kafka=KafkaConfig(
-            otlp_max_spans_per_trace=max_spans,
-            max_message_bytes=64 * 2**20,
-            otlp_max_pending_bytes=2**30,
-        ),
-        metrics=Metrics(registry),
+    config = KafkaConfig(
+        otlp_max_spans_per_trace=max_spans,
+        max_message_bytes=64 * 2**20,
+        otlp_max_pending_bytes=2**30,
+    )
+    metrics, tracker = Metrics(registry), OffsetTracker()
+    assembly = AssembleStage(
+        kafka=config,
+        metrics=metrics,
         otlp_metrics=OtlpMetrics(registry),
-        dead_letters=letters,
-        output=output,
-        finish=lambda messages: None,
+        rejecter=Rejecter(letters, metrics, tracker, max_bytes=config.max_message_bytes),
+        tracker=tracker,
+        output=Mapped(),
     )
     for offset, data in enumerate(messages):
         msg = RawMessage("otlp", 0, offset, None, data)
-        split = await split_offloaded(msg, "otlp_proto")
+        split = await offloaded.split(msg, "otlp_proto")
         assert not isinstance(split, Exception), split
         token = PartToken(msg, msg, "otlp_proto")
         for part in split.parts:
@@ -221,7 +228,7 @@ async def native_rows(contexts_counts: list[int]) -> None:
             inline(where == "loop")
 
             async def decode(data: bytes = data) -> None:
-                await offload(len(data), functools.partial(decode_native, data, len(data)))
+                await offload(len(data), functools.partial(decode_native, data))
 
             elapsed, gap = await longest_gap(decode)
             print(f"{label:>42} {where:>7} {elapsed:>6.2f} {gap * 1000:>7.1f}")

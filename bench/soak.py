@@ -50,7 +50,7 @@ def _child() -> int:
     from prometheus_client import Gauge
 
     from monitor import cli
-    from monitor.sinks import metrics as metrics_module
+    from monitor import metrics as metrics_module
 
     original = metrics_module.Metrics.__init__
 

@@ -1,6 +1,8 @@
 """Wires the stages together and owns the lifecycle: start, consume, graceful shutdown.
 
 This is the only module that connects source, decoding, processing and export.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -11,13 +13,12 @@ import functools
 import gc
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import structlog
-from aiokafka.structs import TopicPartition
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
@@ -35,39 +36,38 @@ from monitor.evaluators.token_budget import TokenBudget
 from monitor.golden.schedule import GoldenScheduler
 from monitor.golden.service import golden_service
 from monitor.http import HttpServer, Probes, build_app
-from monitor.pipeline.conversation import ConversationMetrics, ConversationTracker
-from monitor.pipeline.ingest import Ingest
-from monitor.pipeline.scoring import ScoringProcessor, scored_whole
-from monitor.pipeline.stage import TraceProcessor
+from monitor.metrics import Metrics
 from monitor.retry import FailingCalls, RetryMetrics
 from monitor.review.http import add_review_routes
 from monitor.review.items import review_redactor
-from monitor.shutdown import PRODUCER_CLOSE_SECONDS, Close, ShutdownClock
+from monitor.shutdown import PRODUCER_CLOSE_SECONDS, ShutdownClock
 from monitor.sinks.conversations import ConversationStore
-from monitor.sinks.deadletter import DeadLetterSink, KafkaDeadLetters, StreamDeadLetters
-from monitor.sinks.metrics import Metrics
+from monitor.sinks.deadletter import KafkaDeadLetters, StreamDeadLetters
 from monitor.sinks.produce import ProduceRejected
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.store import Store, StoreGoldenSink
+from monitor.sinks.topic_admin import ensure_internal_topics
 from monitor.sinks.verdicts import StoredVerdicts
 from monitor.sinks.writer import TopicWriter
-from monitor.sources.file import read_lines
+from monitor.sources.file import FileSource
 from monitor.sources.kafka import KafkaSource, producer_kwargs
 from monitor.sources.offsets import OffsetTracker
-from monitor.sources.otlp_stage import (
-    Assembly,
-    KafkaOtlpStage,
-    LocalIntake,
-    OtlpMetrics,
-    ScoredWhole,
-    SpanForwarder,
-)
 from monitor.sources.progress import StageWatch
-from monitor.sources.topic_admin import ensure_internal_topics
-from monitor.telemetry import build_tracer
+from monitor.stages.assemble import AssembleStage, OtlpMetrics, TracesTopicOutput
+from monitor.stages.conversation import ConversationMetrics, ConversationTracker
+from monitor.stages.loop import ConsumeLoop
+from monitor.stages.reject import Rejecter
+from monitor.stages.rekey import InProcess, RekeyStage, SpansTopicOutput
+from monitor.stages.router import ASSEMBLE, REKEY, SCORE, Router, StageName
+from monitor.stages.score import ScoreStage
+from monitor.stages.scoring import ScoringProcessor, scored_whole
+from monitor.stages.topology import file_loop, kafka_loops
+from monitor.telemetry import Telemetry
+from monitor.typing import DeadLetterSink, Stage, TraceProcessor, WholeTraceCheck
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 MAINTENANCE_SECONDS = 10.0
 WATCH_SECONDS = 1.0
@@ -126,8 +126,7 @@ class Daemon:
         self._heartbeats: dict[str, float] = {"scoring": time.monotonic()}
         self._last_maintenance = time.monotonic()
         self._sources: list[KafkaSource] = []
-        self.otlp_stage: KafkaOtlpStage | None = None
-        self._active_ingest: Ingest | None = None
+        self._score: ScoreStage | None = None
         self._file_running = False
         self.http: HttpServer | None = None
         self.started = asyncio.Event()
@@ -163,7 +162,7 @@ class Daemon:
         return False, f"{loop} consume loop stalled for {stalled:.0f}s"
 
     def _reading_held_back(self) -> bool:
-        return self._active_ingest is not None and self._active_ingest.waiting_for_capacity
+        return self._score is not None and self._score.waiting_for_capacity
 
     def _ready(self) -> tuple[bool, str]:
         if self._stop.is_set():
@@ -194,14 +193,11 @@ class Daemon:
         return True, f"{assigned} partitions assigned"
 
     async def run(self) -> ExitCode:
-        tracer, provider = build_tracer(self.settings.telemetry)
         async with AsyncExitStack() as stack:
-            if provider is not None:
-                # Flushing exports over HTTP; off the event loop so nothing stalls meanwhile.
-                flush = self.shutdown.bounded(
-                    "telemetry", lambda: asyncio.to_thread(provider.shutdown)
-                )
-                stack.push_async_callback(flush)
+            telemetry = await stack.enter_async_context(
+                self.shutdown.bounding("telemetry", Telemetry(self.settings.telemetry))
+            )
+            tracer = telemetry.tracer
             app = build_app(self.metrics.registry, Probes(self._healthy, self._ready))
             token = self.settings.http.review_token
             add_review_routes(
@@ -212,141 +208,213 @@ class Daemon:
                 trace_url_template=self.settings.http.trace_url_template,
                 bound_host=self.settings.http.host,
             )
-            self.http = HttpServer(app, self.settings.http.host, self.settings.http.port)
-            await self.http.start()
-            stack.push_async_callback(self.shutdown.bounded("http server", self.http.stop))
+            server = HttpServer(app, self.settings.http.host, self.settings.http.port)
+            self.http = await stack.enter_async_context(
+                self.shutdown.bounding("http server", server)
+            )
             log.info("http server listening", host=self.settings.http.host, port=self.http.port)
             if self.source_spec.kind == "file":
-                processor = await self._start_services(stack, producer_kwargs=None)
-                dead_letters = self._dead_letters_override or StreamDeadLetters()
-                ingest = self._ingest(processor, dead_letters, tracer, text_lines=True)
-                if self.settings.kafka.otlp_stage_enabled:
-                    ingest.attach_otlp(self._local_otlp(ingest, dead_letters))
-                return await self._run_file(ingest)
-            kafka_kwargs = producer_kwargs(self.settings.kafka)
-            processor = await self._start_services(stack, producer_kwargs=kafka_kwargs)
-            if self._dead_letters_override is not None:
-                dead_letters = self._dead_letters_override
-            else:
-                producer = KafkaDeadLetters(
-                    self.settings.kafka.dlq_topic,
-                    kafka_kwargs,
-                    self.settings.kafka.max_message_bytes,
-                    RetryMetrics.of(self.metrics.registry),
-                    self.failing,
-                )
-                await producer.start()
-                stack.push_async_callback(
-                    self.shutdown.bounded("dead letters", producer.stop, PRODUCER_CLOSE_SECONDS)
-                )
-                dead_letters = producer
-            return await self._run_kafka(stack, processor, dead_letters, tracer, kafka_kwargs)
+                return await self._run_file(stack, tracer)
+            return await self._run_kafka(stack, tracer)
 
-    def _local_otlp(self, ingest: Ingest, dead_letters: DeadLetterSink) -> LocalIntake:
-        """The file source's OTLP path: split and assembled here, releases scored directly."""
-        assembly = Assembly(
-            kafka=self.settings.kafka,
-            metrics=self.metrics,
-            otlp_metrics=self.otlp_metrics,
-            dead_letters=dead_letters,
-            output=ingest.dispatch_assembled,
-            finish=ingest.finish_messages,
-            awaits_events=True,  # a replay may carry log exports anywhere in it
-            scored_whole=self._scored_whole(),
+    async def _run_file(self, stack: AsyncExitStack, tracer: Tracer | None) -> ExitCode:
+        """The file source: one loop, the OTLP stages in process (split, assembled, released
+        straight to scoring), dead letters as lines on stderr."""
+        assert self.source_spec.path is not None
+        processor = await self._start_services(stack, producer_kwargs=None)
+        kafka = self.settings.kafka
+        dead_letters = self._dead_letters_override or StreamDeadLetters()
+        rejecter = Rejecter(
+            dead_letters, self.metrics, self.tracker, max_bytes=kafka.max_message_bytes, quiet=True
         )
-        return LocalIntake(assembly, self.tracker, self.metrics, ingest.reject, dead_letters)
+        score = self._score_stage(processor, rejecter, tracer)
+        plan = file_loop(kafka, self.source_spec.path)
+        stages: dict[StageName, Stage] = {SCORE: score}
+        if kafka.otlp_stage_enabled:
+            assemble = AssembleStage(
+                kafka=kafka,
+                metrics=self.metrics,
+                otlp_metrics=self.otlp_metrics,
+                rejecter=rejecter,
+                tracker=self.tracker,
+                output=score,
+                awaits_events=True,  # a replay may carry log exports anywhere in it
+                scored_whole=self._scored_whole(),
+                flush_at_drain=True,
+            )
+            direct = InProcess(assemble.take_parts, score.take_natives)
+            stages[REKEY] = RekeyStage(direct, rejecter, self.tracker, self.metrics)
+            stages[ASSEMBLE] = assemble
+        router = Router.of(kafka, natives_to=plan.natives_to, text_lines=True)
+        in_order = [stages[stage] for stage in plan.stages]
+        loop = self._loop("scoring", self.tracker, router, in_order, rejecter)  # its heartbeat
+        self._file_running = True
+        self.started.set()
+        self.metrics.ready.set(1)
+        source = await stack.enter_async_context(
+            FileSource(self.source_spec.path, kafka.max_message_bytes, stop=self._stop)
+        )
+        try:
+            await loop.run(source)
+        finally:
+            self._file_running = False
+            self.metrics.ready.set(0)
+        return ExitCode.OK
 
-    async def _run_kafka(
-        self,
-        stack: AsyncExitStack,
-        processor: TraceProcessor,
-        dead_letters: DeadLetterSink,
-        tracer: Tracer | None,
-        kafka_kwargs: dict[str, Any],
-    ) -> ExitCode:
+    async def _run_kafka(self, stack: AsyncExitStack, tracer: Tracer | None) -> ExitCode:
+        """Two consumer groups, each one loop: the scoring group (native topics and the traces
+        topic; OTLP found there is re-keyed) and, when OTLP can arrive, the OTLP group (OTLP
+        topics re-keyed, the spans topic assembled)."""
         config = self.settings.kafka
-        ingest = self._ingest(processor, dead_letters, tracer)
-        scoring_topics = list(config.topics)
-        otlp_source: KafkaSource | None = None
-        if config.otlp_stage_enabled:
-            await ensure_internal_topics(self.settings)
-            writer = TopicWriter(
+        kafka_kwargs = producer_kwargs(config)
+        processor = await self._start_services(stack, producer_kwargs=kafka_kwargs)
+        dead_letters = self._dead_letters_override
+        if dead_letters is None:
+            producer = KafkaDeadLetters(
+                config.dlq_topic,
                 kafka_kwargs,
                 config.max_message_bytes,
                 RetryMetrics.of(self.metrics.registry),
-                settings={
-                    config.effective_spans_topic: "kafka.spans_topic",
-                    config.effective_traces_topic: "kafka.traces_topic",
-                },
+                self.failing,
+            )
+            dead_letters = await stack.enter_async_context(
+                self.shutdown.bounding("dead letters", producer, PRODUCER_CLOSE_SECONDS)
+            )
+        max_bytes = config.max_message_bytes
+        rejecter = Rejecter(dead_letters, self.metrics, self.tracker, max_bytes=max_bytes)
+        score = self._score_stage(processor, rejecter, tracer)
+        plans = {plan.name: plan for plan in kafka_loops(config)}
+        scoring_stages: dict[StageName, Stage] = {SCORE: score}
+        otlp_stages: dict[StageName, Stage] = {}
+        otlp_rejecter = rejecter
+        if config.otlp_stage_enabled:
+            await ensure_internal_topics(self.settings)
+            spans_topic, traces_topic = config.effective_spans_topic, config.effective_traces_topic
+            writer = TopicWriter(
+                kafka_kwargs,
+                max_bytes,
+                RetryMetrics.of(self.metrics.registry),
+                settings={spans_topic: "kafka.spans_topic", traces_topic: "kafka.traces_topic"},
                 failing=self.failing,
             )
-            await writer.start()
-            stack.push_async_callback(
-                self.shutdown.bounded("internal topics", writer.stop, PRODUCER_CLOSE_SECONDS)
+            writer = await stack.enter_async_context(
+                self.shutdown.bounding("internal topics", writer, PRODUCER_CLOSE_SECONDS)
             )
-            ingest.attach_otlp(
-                SpanForwarder(
-                    writer,
-                    config.effective_spans_topic,
-                    self.metrics,
-                    ingest.finish_messages,
-                    ingest.reject,
-                    dead_letters,
-                )
+            # OTLP the scoring group finds on its topics is re-keyed like the OTLP group's.
+            to_spans = SpansTopicOutput(writer, spans_topic, traces_topic, rejecter, self.tracker)
+            scoring_stages[REKEY] = RekeyStage(to_spans, rejecter, self.tracker, self.metrics)
+            otlp_rejecter = Rejecter(
+                dead_letters, self.metrics, self.otlp_tracker, max_bytes=max_bytes
             )
-            scoring_topics.append(config.effective_traces_topic)
-            stage = self.otlp_stage = KafkaOtlpStage(
+            otlp_stages[ASSEMBLE] = AssembleStage(
                 kafka=config,
                 metrics=self.metrics,
                 otlp_metrics=self.otlp_metrics,
+                rejecter=otlp_rejecter,
                 tracker=self.otlp_tracker,
-                writer=writer,
-                dead_letters=dead_letters,
+                output=TracesTopicOutput(
+                    writer, traces_topic, otlp_rejecter, self.otlp_tracker, max_bytes
+                ),
+                awaits_events=bool(config.otlp_logs_topics),
                 scored_whole=self._scored_whole(),
             )
-            otlp_source = KafkaSource(
-                config,
+            otlp_stages[REKEY] = RekeyStage(
+                SpansTopicOutput(
+                    writer, spans_topic, traces_topic, otlp_rejecter, self.otlp_tracker
+                ),
+                otlp_rejecter,
                 self.otlp_tracker,
                 self.metrics,
-                on_assigned=self._on_otlp_assigned,
-                on_revoking=self._on_otlp_revoking,
-                group_id=config.effective_otlp_group_id,
-                topics=[
-                    *config.otlp_topics,
-                    *config.otlp_logs_topics,
-                    config.effective_spans_topic,
-                ],
-                name="otlp",
-                busy=stage.busy,
-                skip_finished=True,  # spans of released traces must not come back as fragments
             )
-        scoring = KafkaSource(
-            config,
-            self.tracker,
-            self.metrics,
-            on_revoking=self._on_revoking,
-            topics=scoring_topics,
-            name="scoring",
-        )
-        sources = [scoring] + ([otlp_source] if otlp_source is not None else [])
+        wired = {
+            "scoring": (scoring_stages, self.tracker, rejecter),
+            "otlp": (otlp_stages, self.otlp_tracker, otlp_rejecter),
+        }
+        runs: list[tuple[ConsumeLoop, KafkaSource]] = []
+        for name, plan in plans.items():
+            stages, tracker, loop_rejecter = wired[name]
+            loop = self._loop(
+                name,
+                tracker,
+                Router.of(config, natives_to=plan.natives_to),
+                [stages[stage] for stage in plan.stages],
+                loop_rejecter,
+            )
+            # A loop reading the spans topic: parts of released traces must not come back as
+            # fragments, and a revocation waits for what is being handed on, not for assembly.
+            reads_parts = ASSEMBLE in plan.stages
+            source = KafkaSource(
+                config,
+                tracker,
+                self.metrics,
+                loop,
+                group_id=plan.group_id,
+                topics=list(plan.topics),
+                name=name,
+                busy=loop.busy if reads_parts else None,
+                skip_finished=reads_parts,
+            )
+            runs.append((loop, source))
+        stack.callback(self._left_groups)  # once both consumers left (they close first)
+        for _, source in runs:
+            await stack.enter_async_context(
+                self.shutdown.bounding(f"{source.name} consumer", source)
+            )
+            self._sources.append(source)
+        unfreeze = _freeze_startup_heap()
         try:
-            for source in sources:
-                await source.start()
-                self._sources.append(source)
-            unfreeze = _freeze_startup_heap()
-            try:
-                await self._consume(scoring, ingest, otlp_source)
-            finally:
-                unfreeze()
+            await self._consume(runs, score)
         finally:
+            unfreeze()
             self._sources = []
-            for source in sources:
-                # What finished is committed even when the loops were cancelled; never more.
-                await self.shutdown.bounded(f"{source.name} commit", source.commit)()
-                await self.shutdown.bounded(f"{source.name} consumer", source.stop)()
-            self.metrics.ready.set(0)
-            log.info("left the consumer groups")
         return ExitCode.UNAVAILABLE if self.failure is not None else ExitCode.OK
+
+    def _left_groups(self) -> None:
+        self.metrics.ready.set(0)
+        log.info("left the consumer groups")
+
+    def _score_stage(
+        self, processor: TraceProcessor, rejecter: Rejecter, tracer: Tracer | None
+    ) -> ScoreStage:
+        kafka = self.settings.kafka
+        self._score = ScoreStage(
+            processor=processor,
+            rejecter=rejecter,
+            tracker=self.tracker,
+            metrics=self.metrics,
+            tracer=tracer,
+            max_in_flight=kafka.max_in_flight,
+            on_fatal=self.fail,
+            forget=self.conversations.forget_partitions if self.conversations else None,
+        )
+        return self._score
+
+    def _loop(
+        self,
+        name: str,
+        tracker: OffsetTracker,
+        router: Router,
+        stages: list[Stage],
+        rejecter: Rejecter,
+    ) -> ConsumeLoop:
+        async def beat() -> None:
+            self._heartbeats[name] = time.monotonic()
+            if name == "scoring" and self.source_spec.kind == "kafka":
+                self.metrics.ready.set(1 if self._ready()[0] else 0)
+                await self._maintain()
+
+        return ConsumeLoop(
+            name=name,
+            tracker=tracker,
+            router=router,
+            stages=stages,
+            rejecter=rejecter,
+            metrics=self.metrics,
+            stopping=self._stop.is_set,
+            on_fatal=self.fail,
+            drain_deadline=self.shutdown.drain_deadline,
+            beat=beat,
+        )
 
     async def _start_services(
         self, stack: AsyncExitStack, producer_kwargs: dict[str, Any] | None
@@ -386,24 +454,11 @@ class Daemon:
         self.store, self.conversations = stage.store, stage.tracker
         return stage.processor, stage
 
-    def _scored_whole(self) -> ScoredWhole | None:
+    def _scored_whole(self) -> WholeTraceCheck | None:
         """Whether the store has a whole trace's result (None without a store)."""
         if self.store is None:
             return None
         return functools.partial(scored_whole, self.store, HeuristicEvaluator.name)
-
-    async def _on_revoking(self, revoked: set[TopicPartition]) -> None:
-        if self.conversations is not None:
-            self.conversations.forget_all()
-
-    async def _on_otlp_revoking(self, revoked: set[TopicPartition]) -> None:
-        if self.otlp_stage is not None:
-            self.otlp_stage.on_revoked(revoked)
-
-    async def _on_otlp_assigned(self, assigned: set[TopicPartition]) -> None:
-        source = next((s for s in self._sources if s.name == "otlp"), None)
-        if self.otlp_stage is not None:
-            self.otlp_stage.on_assigned(assigned | (source.assignment if source else set()))
 
     async def _maintain(self) -> None:
         """Periodic upkeep of the consume loop: end idle conversations."""
@@ -414,35 +469,14 @@ class Daemon:
         if self.conversations is not None:
             await self.conversations.expire()
 
-    def _ingest(
-        self,
-        processor: TraceProcessor,
-        dead_letters: DeadLetterSink,
-        tracer: Tracer | None,
-        text_lines: bool = False,
-    ) -> Ingest:
-        kafka = self.settings.kafka
-        self._active_ingest = Ingest(
-            input_format=kafka.format,
-            max_message_bytes=kafka.max_message_bytes,
-            processor=processor,
-            dead_letters=dead_letters,
-            tracker=self.tracker,
-            metrics=self.metrics,
-            tracer=tracer,
-            max_in_flight=kafka.max_in_flight,
-            assembled_topics=frozenset({kafka.effective_traces_topic}),
-            text_lines=text_lines,
-            on_fatal=self.fail,
-        )
-        return self._active_ingest
-
     async def _consume(
-        self, scoring: KafkaSource, ingest: Ingest, otlp_source: KafkaSource | None
+        self, runs: list[tuple[ConsumeLoop, KafkaSource]], score: ScoreStage
     ) -> None:
         """Run the consume loops until a stop; what still runs at the drain deadline (a write
         that keeps failing, a trace waiting for the judge) is cancelled."""
         self.started.set()
+        (_, scoring), *rest = runs
+        otlp_source = rest[0][1] if rest else None
         log.info(
             "consuming",
             topics=scoring.topics,
@@ -453,9 +487,8 @@ class Daemon:
 
         async def loops() -> None:
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._scoring_loop(scoring, ingest))
-                if otlp_source is not None and self.otlp_stage is not None:
-                    group.create_task(self._otlp_loop(otlp_source, self.otlp_stage))
+                for loop, source in runs:
+                    group.create_task(loop.run(source))
                 group.create_task(self._watch())
 
         running = asyncio.create_task(loops())
@@ -471,7 +504,7 @@ class Daemon:
                 write = self.failing.oldest()
                 log.warning(
                     "shutdown deadline: cancelling what still runs; it is read again",
-                    unfinished_traces=ingest.in_flight,
+                    unfinished_traces=score.in_flight,
                     failing_write=f"{write.operation}: {write.error}" if write else None,
                 )
                 running.cancel()
@@ -479,73 +512,12 @@ class Daemon:
         if not running.cancelled():
             running.result()  # the loops' own errors
 
-    async def _scoring_loop(self, kafka: KafkaSource, ingest: Ingest) -> None:
-        while not self._stop.is_set():
-            self._heartbeats["scoring"] = time.monotonic()
-            self.metrics.ready.set(1 if self._ready()[0] else 0)
-            messages = await kafka.fetch(timeout_ms=500)
-            if messages and not self._stop.is_set():
-                try:
-                    await ingest.handle_batch(messages)
-                except ProduceRejected as exc:
-                    self.fail(exc)
-                    break
-            await ingest.tick()
-            await kafka.commit_if_due()
-            await self._maintain()
-        finished = await ingest.drain(self.shutdown.drain_deadline())
-        if not finished:
-            log.warning(
-                "shutdown deadline passed; unfinished traces will be re-read",
-                unfinished=ingest.in_flight,
-            )
-            ingest.cancel_all()
-        await kafka.commit()
-
-    async def _otlp_loop(self, kafka: KafkaSource, stage: KafkaOtlpStage) -> None:
-        """Re-key span exports and assemble traces. Traces still assembling at shutdown are
-        not committed: the next owner reads their spans again."""
-        while not self._stop.is_set():
-            self._heartbeats["otlp"] = time.monotonic()
-            messages = await kafka.fetch(timeout_ms=500)
-            try:
-                if messages and not self._stop.is_set():
-                    await stage.handle_batch(messages)
-                await stage.tick()
-            except ProduceRejected as exc:
-                self.fail(exc)
-                break
-            await kafka.commit_if_due()
-        await kafka.commit()
-
     async def _watch(self) -> None:
         """Whether the stages make progress: the stuck gauge, readiness, a log line a minute."""
         while not self._stop.is_set():
             self.progress.check()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), WATCH_SECONDS)
-
-    async def _run_file(self, ingest: Ingest) -> ExitCode:
-        assert self.source_spec.path is not None
-        self._file_running = True
-        self.started.set()
-        self.metrics.ready.set(1)
-        try:
-            async for batch in read_lines(
-                self.source_spec.path, self.settings.kafka.max_message_bytes, stop=self._stop
-            ):
-                self._heartbeats["scoring"] = time.monotonic()
-                if self._stop.is_set():
-                    break
-                await ingest.handle_batch(batch)
-                await ingest.tick()
-            await ingest.drain(
-                float("inf") if not self._stop.is_set() else self.shutdown.drain_deadline()
-            )
-        finally:
-            self._file_running = False
-            self.metrics.ready.set(0)
-        return ExitCode.OK
 
 
 def _freeze_startup_heap() -> Callable[[], None]:
@@ -592,16 +564,20 @@ async def build_scoring_stage(
     topic's writes while they retry.
     """
 
-    def closing(what: str, close: Close, at_most: float | None = None) -> Close:
-        return shutdown.bounded(what, close, at_most) if shutdown is not None else close
+    async def enter(
+        what: str, component: AbstractAsyncContextManager[T], at_most: float | None = None
+    ) -> T:
+        if shutdown is not None:
+            return await stack.enter_async_context(shutdown.bounding(what, component, at_most))
+        return await stack.enter_async_context(component)
 
     store = None
     if settings.store.enabled:
-        store = await Store.open(
+        opened = await Store.open(
             settings.store.url.get_secret_value(),
             retry_metrics=RetryMetrics.of(metrics.registry),
         )
-        stack.push_async_callback(closing("store", store.close))
+        store = await enter("store", opened)
     publisher = None
     if producer_kwargs is not None and settings.results.topic:
         publisher = ResultsPublisher(
@@ -611,8 +587,7 @@ async def build_scoring_stage(
             RetryMetrics.of(metrics.registry),
             failing,
         )
-        await publisher.start()
-        stack.push_async_callback(closing("results", publisher.stop, PRODUCER_CLOSE_SECONDS))
+        publisher = await enter("results", publisher, PRODUCER_CLOSE_SECONDS)
     sampling = settings.sampling
     if judge_everything:
         sampling = sampling.model_copy(update={"rate": 1.0, "agent_rates": {}, "queue_size": 10**9})
@@ -641,7 +616,7 @@ async def build_scoring_stage(
                 verdicts=StoredVerdicts(store) if store is not None else None,
                 wait_for_circuit=judge_everything,
             )
-        stack.push_async_callback(closing("judge", judge.aclose))
+        judge = await enter("judge", judge)
     conversation_metrics = ConversationMetrics(metrics.registry, metrics.agent_label)
     estimates = None
     if judge is not None:

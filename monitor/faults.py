@@ -8,9 +8,9 @@
   partition went to another replica (:class:`WorkAbandoned`). The trace is neither finished
   nor dead-lettered: its offset stays uncommitted and it is read again.
 
-Sinks raise these; the ingest stage decides what happens to the trace. Retrying a store or
+Sinks raise these; the score stage decides what happens to the trace. Retrying a store or
 broker call while the process runs is the sink's job (`monitor.retry`), so these reach the
-ingest stage only when waiting is over.
+score stage only when waiting is over.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
+
+from aiokafka.structs import TopicPartition
 
 
 class DataFault(Exception):
@@ -40,29 +43,45 @@ class WorkAbandoned(ServiceFault):
     more for it here."""
 
 
-# Whether the trace being processed is still this replica's to finish: set by the ingest stage
-# around each trace (its partitions still assigned), read by the sinks before they write.
-_owner: ContextVar[Callable[[], bool] | None] = ContextVar("ragmon_trace_owner", default=None)
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    owned: Callable[[], bool]
+    partitions: tuple[TopicPartition, ...]
+
+
+# The trace being processed: the partitions it was read from, and whether it is still this
+# replica's to finish (those partitions still assigned). Set by the score stage around each
+# trace; read by the sinks before they write, and by the conversation stage to scope its state.
+_claim: ContextVar[_Claim | None] = ContextVar("ragmon_trace_claim", default=None)
 
 
 @contextmanager
-def owned_while(predicate: Callable[[], bool]) -> Iterator[None]:
-    """Within this block (and tasks started in it), the current trace is ours while
-    `predicate` holds."""
-    token = _owner.set(predicate)
+def owned_while(
+    predicate: Callable[[], bool], partitions: tuple[TopicPartition, ...] = ()
+) -> Iterator[None]:
+    """Within this block (and tasks started in it), the current trace, read from
+    `partitions`, is ours while `predicate` holds."""
+    token = _claim.set(_Claim(predicate, partitions))
     try:
         yield
     finally:
-        _owner.reset(token)
+        _claim.reset(token)
 
 
 def current_owner() -> Callable[[], bool] | None:
-    """The predicate of the trace being processed (None outside the ingest stage)."""
-    return _owner.get()
+    """The predicate of the trace being processed (None outside the score stage)."""
+    claim = _claim.get()
+    return claim.owned if claim is not None else None
+
+
+def current_partitions() -> tuple[TopicPartition, ...]:
+    """The partitions the trace being processed was read from (none outside the score stage)."""
+    claim = _claim.get()
+    return claim.partitions if claim is not None else ()
 
 
 def check_owned() -> None:
     """Raise `WorkAbandoned` when the trace being processed is no longer ours."""
-    owner = _owner.get()
+    owner = current_owner()
     if owner is not None and not owner():
         raise WorkAbandoned("partition revoked: the next owner processes the trace")

@@ -75,3 +75,10 @@ class HttpServer:
 
     async def stop(self) -> None:
         await self._runner.cleanup()
+
+    async def __aenter__(self) -> HttpServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()

@@ -1,8 +1,9 @@
-"""The raw message every source yields, before decoding."""
+"""The raw message every source yields, and the router's word on what it holds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from aiokafka.structs import TopicPartition
 
@@ -32,3 +33,18 @@ class RawMessage:
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+MessageFormat = Literal["native", "otlp_json", "otlp_proto"]
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A message and what the router found it holds (`monitor.stages.router`): its format, an
+    OTLP logs export (GenAI events) rather than spans, and whether an internal topic carried
+    it (written by the OTLP stage: span parts keyed by trace, assembled traces)."""
+
+    message: RawMessage
+    format: MessageFormat
+    logs: bool = False
+    internal: bool = False

@@ -4,8 +4,9 @@ A :class:`MetricSpec` says what a scraper sees: the series name (counters with `
 build info with ``_info``), the type, the help text, the labels, the histogram buckets, and the
 label values created at 0 so that ``rate()`` and alerts see a series before the first event.
 :func:`create` makes the collector on a registry (every daemon owns its registry, so several can
-run in one process); the metrics classes beside the code that records (``export/metrics.py``,
-``conversation.py``, ...) get all their collectors from here.
+run in one process); the metrics classes beside the code that records (``monitor/metrics.py``
+for the core pipeline, ``stages/conversation.py``, ``sinks/scoring_metrics.py``, ...) get all
+their collectors from here.
 
 The metrics contract is this module: the dashboards and alert rules may use only these series
 and labels (``dashboards/contract.py``), the tables of ``docs/exported-metrics.md`` must list

@@ -1,4 +1,5 @@
-"""Value types shared by every stage: the RAG trace (DESIGN.md section 2) and what stages emit."""
+"""Value types shared by every stage: the RAG trace (the native contract: schema/trace-v1.json,
+docs/input.md) and what the stages emit."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 DEFAULT_AGENT = "default"
 # Bounds of the store's integer columns: a trace beyond them is rejected at decoding.
@@ -51,6 +53,19 @@ class Feedback(_Strict):
     comment: str | None = None
 
 
+class AssemblyRecord(_Strict):
+    """What the OTLP stage knew of a trace it assembled from spans, carried with the trace on
+    the internal traces topic: when its root span started (nanoseconds since the epoch; the
+    earliest span's start without a root; None when no span says), whether it was whole when
+    released (else its results are flagged `incomplete_trace`), and its revision (2, 3, ...:
+    re-assembled after late spans; its results replace the earlier ones, its metrics are not
+    counted again). Producers never set it: the native contract does not have it."""
+
+    start_ns: int | None = Field(default=None, ge=1)
+    complete: bool = True
+    revision: int = Field(default=1, ge=1)
+
+
 class Trace(_Strict):
     """One RAG turn: native JSON trace contract, version 1."""
 
@@ -76,6 +91,9 @@ class Trace(_Strict):
     feedback: Feedback | None = None
     language: str | None = None
     metadata: dict[str, Any] | None = None
+    # Set by the OTLP stage only (not in the native contract's schema; a native message that
+    # carries it is rejected).
+    assembly: SkipJsonSchema[AssemblyRecord | None] = None
 
     @field_validator("timestamp")
     @classmethod

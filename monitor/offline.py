@@ -19,11 +19,13 @@ from typing import IO
 
 from prometheus_client import CollectorRegistry
 
+from monitor.formats.errors import DecodeError
+from monitor.formats.native import decode_native
 from monitor.messages import RawMessage
 from monitor.models import Trace
-from monitor.offline_otlp import LineKind, line_kind
+from monitor.offline_otlp import LineKind
 from monitor.sources.file import input_problem, split_lines
-from monitor.sources.native import DecodeError, decode_native
+from monitor.stages.router import Router
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 JUDGE_EVALUATORS = ("llm", "ragas")
@@ -69,19 +71,24 @@ def read_traces(path: str, errors: IO[str], otlp: bool = True) -> FileInput:
     stream = sys.stdin.buffer if path == "-" else Path(path).open("rb")  # noqa: SIM115
     found = FileInput()
     label = "stdin" if path == "-" else path
+    # The file replay's router: the same lines go the same way (OTLP/JSON only with `otlp`).
+    router = Router(
+        input_format="auto" if otlp else "native", max_bytes=MAX_LINE_BYTES, text_lines=True
+    )
     try:
         for number, line in enumerate(split_lines(stream, MAX_LINE_BYTES), start=1):
             if not line.value.strip():
                 continue
+            message = RawMessage(label, 0, number, None, line.value, size=line.size)
             try:
-                if line.size > MAX_LINE_BYTES:
-                    raise DecodeError("too_large", f"{line.size} bytes, limit {MAX_LINE_BYTES}")
-                kind = line_kind(line.value) if otlp else "native"
-                if kind == "native":
-                    found.traces.append(decode_native(line.value, MAX_LINE_BYTES))
+                routed = router.classify(message)
+                if isinstance(routed, DecodeError):
+                    raise routed
+                _, item = routed
+                if item.format == "native":
+                    found.traces.append(decode_native(line.value))
                 else:
-                    message = RawMessage(label, 0, number, None, line.value)
-                    found.otlp.append((message, kind))
+                    found.otlp.append((message, "otlp_logs" if item.logs else "otlp_spans"))
             except DecodeError as exc:
                 found.rejected += 1
                 errors.write(

@@ -1,6 +1,7 @@
 """OTLP/JSON lines of a file scored offline (`rag-monitor score`): split per trace and
-assembled in process by the same :class:`~monitor.sources.otlp_stage.Assembly` the file replay
-(`run --source file:`) uses, so both accept the same lines and map them the same way.
+assembled in process by the same stages the file replay (`run --source file:`) runs (the re-key
+stage handing its parts straight to the assemble stage), so both accept the same lines and map
+them the same way.
 
 A trace that cannot be assembled or mapped is reported on the error stream as one JSON line,
 ``{"line": N, "reason": ..., "error": ...}``, as `score` reports a bad native line.
@@ -9,30 +10,21 @@ A trace that cannot be assembled or mapped is reported on the error stream as on
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import IO, Literal
 
 from monitor.config import Settings
-from monitor.messages import RawMessage
+from monitor.messages import RawMessage, Routed
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.sinks.metrics import Metrics
-from monitor.sources.assembly import Release
-from monitor.sources.native import DecodeError
 from monitor.sources.offsets import OffsetTracker
-from monitor.sources.otlp import detect_format
-from monitor.sources.otlp_logs import detect_logs_format
-from monitor.sources.otlp_stage import Assembly, LocalIntake, OtlpMetrics, PartToken
+from monitor.stages.assemble import AssembleStage, OtlpMetrics
+from monitor.stages.ports import Assembled
+from monitor.stages.reject import Rejecter
+from monitor.stages.rekey import InProcess, RekeyStage
 
 LineKind = Literal["native", "otlp_spans", "otlp_logs"]
-
-
-def line_kind(value: bytes) -> LineKind:
-    """What a line of text holds, told as the file replay tells it in the `auto` format."""
-    if detect_format(value) == "otlp_json":
-        return "otlp_spans"
-    if detect_logs_format(value) == "otlp_json":
-        return "otlp_logs"
-    return "native"
 
 
 class LineErrors:
@@ -54,8 +46,15 @@ class LineErrors:
         self._stream.write(json.dumps({"line": msg.offset, "reason": reason, "error": detail}))
         self._stream.write("\n")
 
-    async def reject(self, msg: RawMessage, error: DecodeError) -> None:
-        await self.send(msg, error.reason, type(error).__name__, error.detail)
+
+class _Collected:
+    """Where the assembled traces end up: a list."""
+
+    def __init__(self) -> None:
+        self.traces: list[Trace] = []
+
+    async def take_assembled(self, items: Sequence[Assembled]) -> None:
+        self.traces.extend(trace for trace, _ in items)
 
 
 async def assemble_lines(
@@ -65,28 +64,29 @@ async def assemble_lines(
     errors: IO[str],
 ) -> tuple[list[Trace], int]:
     """The traces the OTLP lines hold, and how many lines were rejected (in part or whole)."""
-    traces: list[Trace] = []
     rejected = LineErrors(errors)
-
-    async def collect(items: list[tuple[Trace, Release[PartToken]]]) -> None:
-        traces.extend(trace for trace, _ in items)
-
-    assembly = Assembly(
-        kafka=settings.kafka,
-        metrics=metrics,
-        otlp_metrics=OtlpMetrics(metrics.registry),
-        dead_letters=rejected,
-        output=collect,
-        finish=lambda _messages: None,
-        awaits_events=any(kind == "otlp_logs" for _, kind in lines),
-    )
-    # The file replay's own intake, so both take the same lines the same way; the offsets of
-    # this one-shot run are never committed, so its tracker only serves the intake.
+    # The offsets of this one-shot run are never committed: the tracker only serves the stages.
     tracker = OffsetTracker()
     for msg, _ in lines:
         tracker.begin(msg.tp, msg.offset)
-    intake = LocalIntake(assembly, tracker, metrics, rejected.reject, rejected)
-    await intake.take([(msg, "otlp_json") for msg, kind in lines if kind == "otlp_spans"])
-    await intake.take_logs([(msg, "otlp_json") for msg, kind in lines if kind == "otlp_logs"])
-    await assembly.flush()
-    return traces, len(rejected.lines)
+    rejecter = Rejecter(
+        rejected, metrics, tracker, max_bytes=settings.kafka.max_message_bytes, quiet=True
+    )
+    collected = _Collected()
+    assemble = AssembleStage(
+        kafka=settings.kafka,
+        metrics=metrics,
+        otlp_metrics=OtlpMetrics(metrics.registry),
+        rejecter=rejecter,
+        tracker=tracker,
+        output=collected,
+        awaits_events=any(kind == "otlp_logs" for _, kind in lines),
+        flush_at_drain=True,
+    )
+    rekey = RekeyStage(InProcess(assemble.take_parts), rejecter, tracker, metrics)
+    for kind in ("otlp_spans", "otlp_logs"):
+        await rekey.handle_batch(
+            [Routed(msg, "otlp_json", logs=kind == "otlp_logs") for msg, k in lines if k == kind]
+        )
+    await assemble.drain(math.inf)
+    return collected.traces, len(rejected.lines)

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TypeVar
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
 Close = Callable[[], Awaitable[object]]
+T = TypeVar("T")
 
 MAX_CLOSE_RESERVE_SECONDS = 5.0
 MAX_EXIT_MARGIN_SECONDS = 2.0
@@ -77,6 +80,17 @@ class ShutdownClock:
 
     def left(self) -> float:
         return max(0.0, self.deadline() - self._clock())
+
+    @asynccontextmanager
+    async def bounding(
+        self, what: str, component: AbstractAsyncContextManager[T], at_most: float | None = None
+    ) -> AsyncIterator[T]:
+        """`component` entered, and exited (closed) waiting no longer than `bounded` says."""
+        entered = await component.__aenter__()
+        try:
+            yield entered
+        finally:
+            await self.bounded(what, lambda: component.__aexit__(None, None, None), at_most)()
 
     def bounded(self, what: str, close: Close, at_most: float | None = None) -> Close:
         """`close`, waited for at most until the deadline, and at most `at_most` seconds (then

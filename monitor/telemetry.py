@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from opentelemetry import trace
@@ -33,6 +34,21 @@ def build_tracer(config: TelemetryConfig) -> tuple[trace.Tracer | None, TracerPr
         endpoint += "/v1/traces"
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     return provider.get_tracer("rag-monitor", __version__), provider
+
+
+class Telemetry:
+    """The daemon's own tracing as a component: the tracer (None when tracing is off), and at
+    exit the spans still buffered flushed over HTTP, off the event loop."""
+
+    def __init__(self, config: TelemetryConfig) -> None:
+        self.tracer, self._provider = build_tracer(config)
+
+    async def __aenter__(self) -> Telemetry:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._provider is not None:
+            await asyncio.to_thread(self._provider.shutdown)
 
 
 def context_from_headers(headers: Sequence[tuple[str, bytes]] | None) -> Context | None:

@@ -7,9 +7,9 @@ from prometheus_client import CollectorRegistry
 from monitor.config.conversation import ConversationConfig
 from monitor.config.judge import JudgeConfig
 from monitor.evaluators.llm import LLMJudge
+from monitor.metrics import AgentLabels
 from monitor.models import Trace
-from monitor.pipeline.conversation import ConversationMetrics, ConversationTracker
-from monitor.sinks.metrics import AgentLabels
+from monitor.stages.conversation import ConversationMetrics, ConversationTracker
 from tests.support.openai_server import OpenAIServer
 from tests.support.traces import make_trace
 

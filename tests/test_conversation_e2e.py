@@ -13,7 +13,8 @@ from monitor.agents_report import compare, records_from_rows
 from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
 from monitor.evaluators.multiturn import summarize_agents
-from monitor.sinks.store import Store, turns_since
+from monitor.sinks.store import Store
+from monitor.sinks.turns import turns_since
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
 from tests.support.traces import RunningDaemon, encode, scoring_settings, wait_for

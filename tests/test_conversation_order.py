@@ -24,14 +24,16 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import Settings
 from monitor.daemon import ScoringStage, build_scoring_stage
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.sinks.metrics import Metrics
 from monitor.sinks.store import turns_table
 
 START = datetime(2026, 11, 26, 9, tzinfo=UTC)
 
 
-def otlp_turn(n: int, *, conversation: str = "conv-1", **metadata: Any) -> Trace:
+def otlp_turn(
+    n: int, *, conversation: str = "conv-1", complete: bool = True, revision: int = 1
+) -> Trace:
     """An assembled OTLP turn: it started at second n; it ended in the reverse order."""
     return Trace.model_validate(
         {
@@ -42,13 +44,14 @@ def otlp_turn(n: int, *, conversation: str = "conv-1", **metadata: Any) -> Trace
             "query": f"What does plan {n} cost?",
             "contexts": [{"id": f"d{n}", "text": f"Plan {n} costs {n} dollars a month."}],
             "answer": f"Plan {n} costs {n} dollars a month.",
-            "metadata": {
-                "source": "otlp",
-                "started_at": (START + timedelta(seconds=n)).isoformat(),
-                **metadata,
-            },
+            "metadata": {"source": "otlp"},
+            "assembly": {"start_ns": start_ns(n), "complete": complete, "revision": revision},
         }
     )
+
+
+def start_ns(n: int) -> int:
+    return int((START + timedelta(seconds=n)).timestamp()) * 1_000_000_000
 
 
 @asynccontextmanager
@@ -80,9 +83,7 @@ def stored_result_turns(db: Path) -> dict[str, int]:
 
 
 def expected(traces: list[Trace]) -> dict[int, str]:
-    ordered = sorted(
-        traces, key=lambda t: (str(t.metadata and t.metadata["started_at"]), t.trace_id)
-    )
+    ordered = sorted(traces, key=lambda t: (t.assembly and t.assembly.start_ns, t.trace_id))
     return {turn: t.trace_id for turn, t in enumerate(ordered, start=1)}
 
 
@@ -226,7 +227,7 @@ async def test_a_failed_turn_gives_its_number_back(tmp_path: Path) -> None:
 async def test_a_revision_is_upserted_without_counting_the_metrics_again(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     registry = CollectorRegistry()
-    incomplete = otlp_turn(1, incomplete_trace=True)
+    incomplete = otlp_turn(1, complete=False)
     revised = otlp_turn(1, revision=2).model_copy(update={"answer": "Plan 1 costs 1 dollars."})
     async with scoring(db, registry) as stage:
         await stage.processor.process(incomplete)
@@ -251,7 +252,7 @@ async def test_a_fragment_never_overwrites_a_trace_scored_whole(tmp_path: Path) 
     db = tmp_path / "r.db"
     registry = CollectorRegistry()
     whole = otlp_turn(1)
-    fragment = otlp_turn(1, incomplete_trace=True).model_copy(update={"contexts": []})
+    fragment = otlp_turn(1, complete=False).model_copy(update={"contexts": []})
     async with scoring(db, registry) as stage:
         await stage.processor.process(whole)
         await stage.processor.process(fragment)

@@ -23,8 +23,8 @@ import pytest
 from monitor.demo.otlp_traffic import as_otlp
 from monitor.demo.service import RagService
 from monitor.demo.traffic import TrafficGenerator
-from monitor.sources.otlp import decode_otlp
-from monitor.sources.otlp_mapping import spans_to_trace
+from monitor.formats.otlp import decode_otlp
+from monitor.formats.otlp_mapping import spans_to_trace
 from tests.support.services import service_unavailable
 from tests.support.terminal import Terminal, alive, child_pids, command_line
 

@@ -32,8 +32,8 @@ from monitor.estimates.estimator import (
 )
 from monitor.estimates.recorder import EstimateRecorder
 from monitor.evaluators.sampler import unit_hash
+from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Prediction, Score, Selection
-from monitor.sinks.metrics import AgentLabels
 from tests.support.traces import FIXED_TIME, make_trace
 
 

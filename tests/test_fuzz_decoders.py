@@ -2,8 +2,8 @@
 
 Contracts under test (hypothesis):
 
-- `decode_native(value, max_bytes)` returns a Trace or raises DecodeError, whatever the bytes;
-  a decoded trace can be scored by tier 0 and turned into a judge prompt.
+- the router's size check then `decode_native(value)` return a Trace or raise DecodeError,
+  whatever the bytes; a decoded trace can be scored by tier 0 and turned into a judge prompt.
 - `detect_format` never raises; `decode_otlp` returns spans or raises OtlpDecodeError;
   `spans_to_trace` returns a Trace or None or raises OtlpMappingError.
 - `load_settings` returns Settings or raises ConfigError for any YAML file and RAGMON_ values.
@@ -39,9 +39,9 @@ from monitor.config.judge import RedactionConfig
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.evaluators.judge_prompts import JudgeInput, faithfulness_prompt, relevance_prompt
 from monitor.evaluators.redaction import Redactor
-from monitor.models import Trace
-from monitor.sources.native import DecodeError, decode_native
-from monitor.sources.otlp import (
+from monitor.formats.errors import DecodeError
+from monitor.formats.native import decode_native
+from monitor.formats.otlp import (
     OtlpDecodeError,
     OtlpMappingError,
     SpanEvent,
@@ -50,8 +50,11 @@ from monitor.sources.otlp import (
     detect_format,
     spans_to_trace,
 )
-from monitor.sources.otlp_split import split_by_trace
-from monitor.sources.otlp_wire import encode_varint, length_delimited
+from monitor.formats.otlp_split import split_by_trace
+from monitor.formats.otlp_wire import encode_varint, length_delimited
+from monitor.messages import RawMessage
+from monitor.models import Trace
+from monitor.stages.router import size_error
 from monitor.telemetry import context_from_headers
 from tests.support.faults import (
     DaemonProcess,
@@ -107,10 +110,18 @@ TIMESTAMP_VALUES = [
 TIMESTAMPS = st.sampled_from(TIMESTAMP_VALUES)
 
 
+def _decoded(data: bytes | None, max_bytes: int) -> Trace:
+    """What the daemon does with a native message: the router's size check, then the decoder."""
+    too_large = size_error(RawMessage("in", 0, 0, None, data), max_bytes)
+    if too_large is not None:
+        raise too_large
+    return decode_native(data)
+
+
 def _check_native(data: bytes | None, max_bytes: int = MAX_BYTES) -> Trace | None:
     """The contract: a Trace that the rest of the pipeline can take, or DecodeError."""
     try:
-        trace = decode_native(data, max_bytes)
+        trace = _decoded(data, max_bytes)
     except DecodeError as exc:
         assert exc.reason in {
             "empty_message",
@@ -225,7 +236,7 @@ def test_native_decoder_takes_huge_fields(field: str, size: int) -> None:
     data = json.dumps(trace).encode()
     _check_native(data, max_bytes=len(data) + 1)
     with pytest.raises(DecodeError) as caught:
-        decode_native(data, max_bytes=len(data) - 1)
+        _decoded(data, max_bytes=len(data) - 1)
     assert caught.value.reason == "too_large"
 
 
@@ -703,7 +714,7 @@ def _oracle(value: bytes | None, max_bytes: int) -> list[tuple[str, str]]:
     fmt = detect_format(value or b"")
     if fmt == "native":
         try:
-            return [("ok", decode_native(value, max_bytes).trace_id)]
+            return [("ok", decode_native(value).trace_id)]
         except DecodeError as exc:
             return [("dead", exc.reason)]
     try:

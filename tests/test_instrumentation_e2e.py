@@ -36,8 +36,8 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import KafkaConfig
 from monitor.daemon import Daemon, SourceSpec
-from monitor.sources.native import decode_native
-from monitor.sources.otlp import OtlpMappingError, decode_otlp, spans_to_trace
+from monitor.formats.native import decode_native
+from monitor.formats.otlp import OtlpMappingError, decode_otlp, spans_to_trace
 from tests.support.instrumented import (
     TITLE_ANSWER,
     AppRun,
@@ -286,7 +286,7 @@ async def test_instrumented_app_through_the_collector(
     assembled = await read_all(
         kafka_broker.bootstrap, settings.kafka.effective_traces_topic, 10**6, timeout=5
     )
-    traces = {t.query: t for t in (decode_native(r.value, 1_048_576) for r in assembled)}
+    traces = {t.query: t for t in (decode_native(r.value, assembled=True) for r in assembled)}
     assert len(assembled) == len(turns) and set(traces) == {t.question for t in turns}
     for planned in turns:
         # What the OTLP stage handed to scoring, exactly: the retrieved documents, with their
@@ -328,7 +328,7 @@ async def test_native_producer_example(kafka_broker: KafkaBroker, topic_prefix: 
     )
     assert await asyncio.wait_for(process.wait(), 60) == 0
     (record,) = await read_all(kafka_broker.bootstrap, topic, 1)
-    trace = decode_native(record.value, 1_048_576)
+    trace = decode_native(record.value)
     assert trace.conversation_id is not None
     assert record.key == trace.conversation_id.encode()
     assert trace.contexts and trace.answer and trace.query

@@ -35,10 +35,10 @@ from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.llm import LLMJudge
 from monitor.evaluators.pace import SAFETY, ServerPace
 from monitor.evaluators.sampler import Sampler
+from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Trace
-from monitor.pipeline.scoring import ScoringProcessor
-from monitor.sinks.metrics import AgentLabels
 from monitor.sinks.scoring_metrics import ScoringMetrics
+from monitor.stages.scoring import ScoringProcessor
 from tests.support.openai_server import OpenAIServer, Reply
 from tests.support.traces import judge_trace
 

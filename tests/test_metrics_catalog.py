@@ -19,11 +19,11 @@ from monitor.estimates.calibration import Calibrations
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.golden.metrics import GoldenMetrics
 from monitor.golden.results import Outcome
-from monitor.pipeline.conversation import ConversationMetrics
+from monitor.metrics import Metrics
 from monitor.retry import RetryMetrics
-from monitor.sinks.metrics import Metrics
 from monitor.sinks.scoring_metrics import ScoringMetrics
-from monitor.sources.otlp_stage import OtlpMetrics
+from monitor.stages.assemble import OtlpMetrics
+from monitor.stages.conversation import ConversationMetrics
 from tests.support.exposition import catalog_problems
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,9 +17,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.trace import SpanKind
 
-from monitor.models import Trace
-from monitor.sources.assembly import Release, TraceAssembler
-from monitor.sources.otlp import (
+from monitor.formats.assembly import Release, TraceAssembler
+from monitor.formats.otlp import (
     OtlpDecodeError,
     OtlpMappingError,
     SpanRecord,
@@ -27,7 +26,8 @@ from monitor.sources.otlp import (
     detect_format,
     spans_to_trace,
 )
-from monitor.sources.otlp_split import TracePart, encode_request, merge_parts, split_by_trace
+from monitor.formats.otlp_split import TracePart, encode_request, merge_parts, split_by_trace
+from monitor.models import Trace
 from tests.support.otlp_spans import (
     ANSWER,
     DOCS,

@@ -2,32 +2,49 @@
 fragment of a trace already scored whole, shedding at the memory bound. Each costs only itself,
 with a dead letter, a count or a log line saying so.
 
-The assembly (assembler, mapping, dead letters) is real; its neighbours -- the dead-letter
-producer, the traces topic and the offset tracker -- are recorders. Through the real broker:
-`tests/test_faults_otlp_input.py`.
+The assemble stage (assembler, mapping, dead letters) is real; its neighbours -- the
+dead-letter producer, the traces topic and the offset tracker -- are recorders. Through the
+real broker: `tests/test_faults_otlp_input.py`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
+from aiokafka.structs import TopicPartition
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client import CollectorRegistry
 
 from monitor.config import KafkaConfig
+from monitor.formats.assembly import Release
+from monitor.formats.otlp import decode_otlp
+from monitor.formats.otlp_split import split_by_trace
 from monitor.messages import RawMessage
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.sinks.metrics import Metrics
-from monitor.sources.assembly import Release
-from monitor.sources.otlp import decode_otlp
-from monitor.sources.otlp_split import split_by_trace
-from monitor.sources.otlp_stage import Assembly, OtlpMetrics, PartToken
+from monitor.sources.offsets import OffsetTracker
+from monitor.stages.assemble import AssembleStage, OtlpMetrics
+from monitor.stages.parts import PartToken
+from monitor.stages.reject import Rejecter
 from tests.support.otlp_big import wide_trace
 from tests.support.otlp_spans import App, encode
 from tests.support.otlp_turns import langchain_turn
 from tests.support.recorder import LetterRecorder
+
+
+class FinishRecorder(OffsetTracker):
+    """The offset tracker, remembering the offset of every message finished."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished: list[int] = []
+
+    def finish(self, tp: TopicPartition, offset: int, units: int = 1) -> None:
+        self.finished.append(offset)
+        super().finish(tp, offset, units)
 
 
 class Rig:
@@ -35,30 +52,40 @@ class Rig:
         self.registry = CollectorRegistry()
         self.letters = LetterRecorder()
         self.out: list[Trace] = []
-        self.finished: list[int] = []
         whole = scored_whole
-
-        async def output(items: list[tuple[Trace, Release[PartToken]]]) -> None:
-            for trace, release in items:
-                self.out.append(trace)
-                self.finished += [t.message.offset for t in release.tokens]
 
         async def scored(trace_id: str) -> bool:
             assert whole is not None
             return trace_id in whole
 
-        self.assembly = Assembly(
-            kafka=KafkaConfig(**kafka),
-            metrics=Metrics(self.registry),
+        self.tracker = FinishRecorder()
+        metrics = Metrics(self.registry)
+        config = KafkaConfig(**kafka)
+        self.assembly = AssembleStage(
+            kafka=config,
+            metrics=metrics,
             otlp_metrics=OtlpMetrics(self.registry),
-            dead_letters=self.letters,
-            output=output,
-            finish=lambda messages: self.finished.extend(m.offset for m in messages),
+            rejecter=Rejecter(
+                self.letters, metrics, self.tracker, max_bytes=config.max_message_bytes
+            ),
+            tracker=self.tracker,
+            output=self,
             scored_whole=scored if whole is not None else None,
         )
 
+    async def take_assembled(self, items: Sequence[tuple[Trace, Release[PartToken]]]) -> None:
+        for trace, release in items:
+            self.out.append(trace)
+            for token in release.tokens:
+                self.tracker.finish(token.message.tp, token.message.offset)
+
+    @property
+    def finished(self) -> list[int]:
+        return self.tracker.finished
+
     async def take(self, offset: int, data: bytes, now: float = 0.0) -> None:
         msg = RawMessage("otlp", 0, offset, None, data)
+        self.tracker.begin(msg.tp, msg.offset)
         token = PartToken(msg, msg, "otlp_proto")
         for part in split_by_trace(data, "otlp_proto").parts:
             await self.assembly.add(part, token, now)

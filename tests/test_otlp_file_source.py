@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util.genai.handler import TelemetryHandler
 from opentelemetry.util.genai.types import InputMessage, OutputMessage, Text
 
-from monitor.sources.otlp_split import encode_request, split_by_trace
+from monitor.formats.otlp_split import encode_request, split_by_trace
 from tests.support.faults import REPO, DaemonProcess, wait_until
 from tests.support.otlp_spans import App, encode, serialize
 from tests.support.otlp_turns import MS, langchain_turn

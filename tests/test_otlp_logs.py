@@ -29,16 +29,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util.genai.handler import TelemetryHandler
 from opentelemetry.util.genai.types import InputMessage, OutputMessage, Text
 
-from monitor.models import Trace
-from monitor.sources.otlp import OtlpDecodeError, SpanRecord, decode_otlp, spans_to_trace
-from monitor.sources.otlp_logs import (
+from monitor.formats.otlp import OtlpDecodeError, SpanRecord, decode_otlp, spans_to_trace
+from monitor.formats.otlp_logs import (
     BODY_ATTRIBUTE,
     LogEvent,
     attach_log_events,
     decode_otlp_logs,
     detect_logs_format,
 )
-from monitor.sources.otlp_split import split_logs_by_trace
+from monitor.formats.otlp_split import split_logs_by_trace
+from monitor.models import Trace
 from tests.support.otlp_spans import FORMATS, Fmt, serialize
 
 QUESTION = "How long is the refund window?"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from opentelemetry.trace import SpanKind
 
+from monitor.formats.otlp import OtlpMappingError, SpanRecord, decode_otlp, spans_to_trace
 from monitor.models import Trace
-from monitor.sources.otlp import OtlpMappingError, SpanRecord, decode_otlp, spans_to_trace
 from tests.support.otlp_spans import App, encode
 
 QUESTION = "How long is the warranty of the Aurora kettle?"

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from opentelemetry.trace import SpanKind
 
+from monitor.formats.otlp import SpanRecord, decode_otlp, spans_to_trace
 from monitor.models import Trace
-from monitor.sources.otlp import SpanRecord, decode_otlp, spans_to_trace
 from tests.support.otlp_spans import App, encode
 
 QUESTION = "How much water does the Aurora kettle hold?"

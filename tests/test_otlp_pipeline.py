@@ -26,8 +26,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from monitor.formats.otlp import decode_otlp
 from monitor.sinks.store import Store, results_table, turns_table
-from monitor.sources.otlp import decode_otlp
 from tests.support.faults import (
     REPO,
     DaemonProcess,
@@ -438,7 +438,7 @@ def test_sigkill_after_traces_are_produced_but_before_spans_are_committed(
     per_trace: dict[str, int] = {}
     for record in assembled:
         trace = json.loads(record.value)
-        assert "revision" not in trace["metadata"], "assembled anew: a first revision again"
+        assert trace["assembly"]["revision"] == 1, "assembled anew: a first revision again"
         per_trace[trace["trace_id"]] = per_trace.get(trace["trace_id"], 0) + 1
     assert per_trace == {t.trace_id: 2 for t in turns}, "produced again after the crash"
     assert len(topic_records(pipeline.bootstrap, pipeline.results)) == len(turns) + moved

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 
-from monitor.sources.otlp import OtlpDecodeError, decode_otlp
-from monitor.sources.otlp_split import split_by_trace
+from monitor.formats.otlp import OtlpDecodeError, decode_otlp
+from monitor.formats.otlp_split import split_by_trace
 from tests.support.otlp_spans import (
     App,
     Fmt,

@@ -14,9 +14,9 @@ import structlog
 from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
+from monitor.metrics import Metrics
 from monitor.retry import FailingCalls
 from monitor.shutdown import ShutdownClock
-from monitor.sinks.metrics import Metrics
 from monitor.sources.offsets import OffsetTracker
 from monitor.sources.progress import StageWatch, StuckPartitions
 

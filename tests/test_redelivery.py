@@ -21,8 +21,8 @@ from monitor.config import Settings
 from monitor.config.judge import JudgeConfig
 from monitor.daemon import ScoringStage, build_scoring_stage
 from monitor.evaluators.llm import LLMJudge
+from monitor.metrics import Metrics
 from monitor.models import EvaluationResult, Trace
-from monitor.sinks.metrics import Metrics
 from monitor.sinks.store import Store
 from monitor.sinks.verdicts import StoredVerdicts
 from tests.support.openai_server import OpenAIServer

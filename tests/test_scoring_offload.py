@@ -10,10 +10,10 @@ from prometheus_client import CollectorRegistry
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.heuristic import HeuristicEvaluator
 from monitor.evaluators.sampler import Sampler
+from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Trace
-from monitor.pipeline.scoring import ScoringProcessor
-from monitor.sinks.metrics import AgentLabels
 from monitor.sinks.scoring_metrics import ScoringMetrics
+from monitor.stages.scoring import ScoringProcessor
 from tests.support.traces import make_trace
 
 

@@ -1,6 +1,6 @@
 """Work cut short by the shutdown deadline, or by a write refused for good, is never committed.
 
-Unit tests of the ingest stage with a processing stage that never finishes, and of the last
+Unit tests of the score stage with a processing stage that never finishes, and of the last
 guard of `rag-monitor run`; the real process ending within its deadline is
 `tests/test_faults_shutdown.py`.
 """
@@ -20,13 +20,14 @@ from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
-from monitor.messages import RawMessage
+from monitor.messages import RawMessage, Routed
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.pipeline.ingest import Ingest
 from monitor.sinks.deadletter import StreamDeadLetters
-from monitor.sinks.metrics import Metrics
 from monitor.sinks.produce import ProduceRejected
 from monitor.sources.offsets import OffsetTracker
+from monitor.stages.reject import Rejecter
+from monitor.stages.score import ScoreStage
 from tests.support.traces import native_trace
 
 TP = TopicPartition("in", 0)
@@ -48,34 +49,38 @@ class Stage:
         self.done.append(trace.trace_id)
 
 
-def ingest(stage: Stage, tracker: OffsetTracker, letters: io.StringIO, **extra: object) -> Ingest:
-    return Ingest(
-        input_format="native",
-        max_message_bytes=1_048_576,
+def ingest(
+    stage: Stage, tracker: OffsetTracker, letters: io.StringIO, **extra: object
+) -> ScoreStage:
+    metrics = Metrics(CollectorRegistry())
+    return ScoreStage(
         processor=stage,
-        dead_letters=StreamDeadLetters(letters),
+        rejecter=Rejecter(StreamDeadLetters(letters), metrics, tracker, max_bytes=1_048_576),
         tracker=tracker,
-        metrics=Metrics(CollectorRegistry()),
+        metrics=metrics,
         tracer=None,
         max_in_flight=100,
         **extra,  # type: ignore[arg-type]
     )
 
 
-def messages(count: int) -> list[RawMessage]:
-    return [
+def messages(tracker: OffsetTracker, count: int) -> list[Routed]:
+    """Native messages read (begun in the tracker, as the consume loop does)."""
+    batch = [
         RawMessage("in", 0, n, None, json.dumps(native_trace(n, conversation_id=None)).encode())
         for n in range(count)
     ]
+    for msg in batch:
+        tracker.begin(msg.tp, msg.offset)
+    return [Routed(msg, "native") for msg in batch]
 
 
 async def test_a_trace_cancelled_at_the_deadline_is_not_committed_past() -> None:
     tracker, letters = OffsetTracker(), io.StringIO()
     stage = Stage(hang="trace-000002")
     intake = ingest(stage, tracker, letters)
-    await intake.handle_batch(messages(5))
-    assert not await intake.drain(asyncio.get_running_loop().time() + 0.5)
-    intake.cancel_all()
+    await intake.handle_batch(messages(tracker, 5))
+    assert not await intake.drain(time.monotonic() + 0.5)
     await asyncio.sleep(0.05)
     assert sorted(stage.done) == ["trace-000000", "trace-000001", "trace-000003", "trace-000004"]
     assert tracker.to_commit() == {TP: 2}, "the cancelled trace is read again, not skipped"
@@ -86,8 +91,8 @@ async def test_a_write_refused_for_good_stops_the_daemon_and_leaves_the_trace_un
     tracker, letters = OffsetTracker(), io.StringIO()
     refused: list[ProduceRejected] = []
     intake = ingest(Stage(refuse="trace-000001"), tracker, letters, on_fatal=refused.append)
-    await intake.handle_batch(messages(3))
-    assert await intake.drain(asyncio.get_running_loop().time() + 5)
+    await intake.handle_batch(messages(tracker, 3))
+    assert await intake.drain(time.monotonic() + 5)
     assert [r.setting for r in refused] == ["results.topic"]
     assert tracker.to_commit() == {TP: 1}
     assert letters.getvalue() == "", "a refused write is no fault of the trace's"

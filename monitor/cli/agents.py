@@ -38,8 +38,9 @@ def handle(args: argparse.Namespace) -> ExitCode:
     from monitor.agents_report import compare, records_from_rows, render_table
     from monitor.evaluators.multiturn import summarize_agents
     from monitor.logs import configure_logging
-    from monitor.sinks.store import Store, sanitized_url, turn_extent, turns_since
+    from monitor.sinks.store import Store, sanitized_url
     from monitor.sinks.store_location import NO_STORE_HINT, describe_store, missing_store
+    from monitor.sinks.turns import turn_extent, turns_since
     from monitor.windows import empty_window_hint, other_time, parse_since
 
     baseline: str | None = args.baseline

@@ -139,11 +139,11 @@ async def _score_traces(
 
     from monitor.daemon import build_scoring_stage
     from monitor.evaluators.llm import LLMJudge
+    from monitor.metrics import Metrics
     from monitor.models import EvaluationResult
     from monitor.offline_otlp import assemble_lines
-    from monitor.pipeline.conversation import turn_order_key
     from monitor.progress import Progress
-    from monitor.sinks.metrics import Metrics
+    from monitor.stages.conversation import turn_order_key
 
     judged = evaluator in ("llm", "ragas")
     if judged:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from monitor.command import ExitCode, Subparsers, fail, set_handler, settings_or_exit
 
 if TYPE_CHECKING:
-    from monitor.sources.topic_admin import TopicOutcome
+    from monitor.sinks.topic_admin import TopicOutcome
 
 
 def register(subparsers: Subparsers) -> None:
@@ -28,8 +28,8 @@ def create_needed(args: argparse.Namespace) -> ExitCode:
 
     from aiokafka.errors import KafkaError
 
+    from monitor.sinks.topic_admin import create_topics, needed_topics
     from monitor.sources.kafka_errors import bootstrap_failures
-    from monitor.sources.topic_admin import create_topics, needed_topics
 
     settings = settings_or_exit(args.config)
     try:

@@ -59,7 +59,7 @@ def _origin(field: str, source: str | None) -> str | None:
 
 
 def _is_known(dotted_field: str) -> bool:
-    location = [int(p) if p.isdigit() else p for p in dotted_field.split(".")]
+    location = [int(p) if p.isdecimal() else p for p in dotted_field.split(".")]
     return str(location[-1]) in field_names_at(location)
 
 

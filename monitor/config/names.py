@@ -84,7 +84,7 @@ def env_name(dotted_field: str) -> str:
     an item of a list is set with the whole list (`golden.suites.0.name` -> `..._SUITES`)."""
     parts = []
     for part in dotted_field.split("."):
-        if part.isdigit():
+        if part.isdecimal():
             break
         parts.append(part)
     return ENV_PREFIX + ENV_NESTED_DELIMITER.join(p.upper() for p in parts)

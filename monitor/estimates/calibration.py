@@ -15,7 +15,7 @@ make it depend on that, and both are ruled out here:
 - *When* the trace is predicted. A judged turn holds its conversation until the judge answers,
   so the turns of drawn conversations are scored later than others, when more labels are in. So
   the fits change only at epoch boundaries (`estimates.calibration_epoch_seconds`), and a trace
-  is predicted by the fit of the epoch it was *read* in (monitor.pipeline.read_time), made of the
+  is predicted by the fit of the epoch it was *read* in (monitor.stages.read_time), made of the
   labels that arrived before that epoch began, however late the trace is scored. Until a fit has
   `min_labels` labels the prediction is the constant `UNFITTED`, never the labels' running mean
   (with a constant prediction the prediction-powered estimate is the uniform-only one).

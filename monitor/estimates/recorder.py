@@ -21,13 +21,13 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Protocol
 
 from monitor.config.scoring import EstimatesConfig
 from monitor.estimates.calibration import Calibrations, answer_language, fold_of
 from monitor.estimates.estimator import Term
+from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Prediction, Selection, Trace
-from monitor.sinks.metrics import AgentLabels
+from monitor.typing import CounterChild, TermCounter
 
 # The tier-0 score that predicts each judge metric.
 PREDICTORS: Mapping[str, str] = {
@@ -37,16 +37,6 @@ PREDICTORS: Mapping[str, str] = {
     "context_relevancy": "context_utilization",
 }
 QUANTITIES = ("mean", "below")
-
-
-class _Increment(Protocol):
-    def inc(self, amount: float = 1) -> None: ...
-
-
-class TermCounter(Protocol):
-    """`ragmon_estimate_terms_total` (ScoringMetrics.estimate_terms)."""
-
-    def labels(self, *values: str) -> _Increment: ...
 
 
 class EstimateRecorder:
@@ -71,7 +61,7 @@ class EstimateRecorder:
         # (conversation, agent label) -> (last seen, {(metric, quantity): [M, Y, F]})
         self._totals: OrderedDict[tuple[str, str], tuple[float, dict[tuple[str, str], list[float]]]]
         self._totals = OrderedDict()
-        self._children: dict[tuple[str, str, str, str], _Increment] = {}  # bounded: agent labels
+        self._children: dict[tuple[str, str, str, str], CounterChild] = {}  # bounded: agent labels
 
     def predict(
         self, trace: Trace, tier0: EvaluationResult, read_at: float

@@ -4,8 +4,9 @@ Keys are built by :func:`cache_key` from the prompt version, the judge model and
 what the judge would see (question, contexts and answer after redaction and truncation), so a
 prompt change or a model change never serves an old verdict. Per replica; not shared.
 
-`DurableVerdicts` is the other cache: a trace's own verdicts kept in the results store (keyed by
-trace, task and the same identity), so that they outlive the process that asked for them.
+`monitor.typing.DurableVerdicts` is the other cache: a trace's own verdicts kept in the
+results store (keyed by trace, task and the same identity), so that they outlive the process
+that asked for them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 V = TypeVar("V")
 
@@ -22,14 +23,6 @@ V = TypeVar("V")
 def cache_key(prompt_version: str, model: str, payload: str) -> str:
     digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()
     return f"{prompt_version}|{model}|{digest}"
-
-
-class DurableVerdicts(Protocol):
-    """Verdicts (JSON) by key, kept where a restarted process finds them."""
-
-    async def get(self, key: str) -> str | None: ...
-
-    async def put(self, key: str, trace_id: str, verdict: str) -> None: ...
 
 
 class TTLCache(Generic[V]):

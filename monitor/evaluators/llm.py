@@ -48,14 +48,14 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from monitor.config.judge import JudgeConfig
-from monitor.evaluators.judge_cache import DurableVerdicts, TTLCache, cache_key
+from monitor.evaluators.judge_cache import TTLCache, cache_key
 from monitor.evaluators.judge_client import CallFailure, JudgeClient
 from monitor.evaluators.judge_metrics import JudgeMetrics
 from monitor.evaluators.judge_prompts import (
@@ -85,6 +85,7 @@ from monitor.models import (
     Trace,
     Usage,
 )
+from monitor.typing import DurableVerdicts
 
 log = structlog.get_logger(__name__)
 CONTEXT_METRICS = ("faithfulness", "context_precision", "context_relevancy")
@@ -200,6 +201,12 @@ class LLMJudge:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
     def _refused_now(self) -> bool:
         """Whether calls now would fail at once (the circuit is open and nobody waits it out)."""

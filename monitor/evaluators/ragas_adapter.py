@@ -62,7 +62,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import openai
 import pydantic
@@ -313,6 +313,12 @@ class RagasEvaluator:
 
     async def aclose(self) -> None:
         await self._clients.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
 
     async def evaluate(self, trace: Trace) -> EvaluationResult:
         """The reference-free metrics (``enabled``) of one trace."""

@@ -77,7 +77,12 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
     from monitor.review.queries import review_for
     from monitor.review.render import render_json, render_text
     from monitor.sinks.store import Store, sanitized_url
-    from monitor.sinks.store_location import NO_STORE_HINT, describe_store, missing_store
+    from monitor.sinks.store_location import (
+        NO_STORE_HINT,
+        describe_store,
+        missing_store,
+        scrubbed_error,
+    )
     from monitor.windows import parse_since
 
     try:
@@ -97,14 +102,17 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
     except Exception as exc:
         print(
             f"rag-monitor: cannot open the results store {sanitized_url(url)}: "
-            f"{_scrubbed(exc, url)}",
+            f"{scrubbed_error(exc, url)}",
             file=sys.stderr,
         )
         return ExitCode.UNAVAILABLE
     try:
         review = await review_for(store, query, items.review_redactor(settings))
     except Exception as exc:
-        print(f"rag-monitor: cannot read the results store: {_scrubbed(exc, url)}", file=sys.stderr)
+        print(
+            f"rag-monitor: cannot read the results store: {scrubbed_error(exc, url)}",
+            file=sys.stderr,
+        )
         return ExitCode.UNAVAILABLE
     finally:
         await store.close()
@@ -115,20 +123,3 @@ async def run_cli(args: argparse.Namespace, settings: Settings) -> ExitCode:
         print(text, end="" if text.endswith("\n") else "\n")
         print(f"results store: {shown}")
     return ExitCode.OK
-
-
-def _scrubbed(exc: BaseException, url: str) -> str:
-    """An exception's message without the store URL or its password."""
-    from sqlalchemy.engine import make_url
-
-    message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-    secrets = [url]
-    try:
-        password = make_url(url).password
-    except Exception:
-        password = None
-    if password:
-        secrets.append(str(password))
-    for secret in secrets:
-        message = message.replace(secret, "***")
-    return message

@@ -21,7 +21,6 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from monitor.pipeline.scoring import TextRedactor
 from monitor.review.items import (
     DEFAULT_METRIC,
     DEFAULT_REDACTOR,
@@ -35,6 +34,7 @@ from monitor.review.items import (
 from monitor.review.queries import agents_seen, review_for
 from monitor.review.render import content_security_policy, render_page, review_json
 from monitor.sinks.store import Store
+from monitor.typing import TextRedactor
 from monitor.windows import DEFAULT_TIME, check_time, parse_since
 
 log = structlog.get_logger(__name__)

@@ -14,9 +14,9 @@ from typing import Any
 from monitor.config import Settings
 from monitor.evaluators.redaction import Redactor
 from monitor.models import EvaluationResult, Selection
-from monitor.pipeline.scoring import TextRedactor
 from monitor.review import options
 from monitor.sinks.store import SCORE_COLUMNS
+from monitor.typing import TextRedactor
 from monitor.windows import TimeBasis
 
 # What a listing may ask for (defined without the store, for the command line's choices).

@@ -3,14 +3,12 @@ with the violated constraints of their conversation turns, and the agents seen."
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from monitor.models import EvaluationResult
-from monitor.pipeline.scoring import TextRedactor
 from monitor.review.grouping import folded, group_similar
 from monitor.review.items import (
     DEFAULT_METRIC,
@@ -26,7 +24,9 @@ from monitor.review.items import (
     build_item,
     check_metric,
 )
-from monitor.sinks.store import Store, turns_table
+from monitor.sinks.store import Store
+from monitor.sinks.turns import turn_details
+from monitor.typing import TextRedactor
 from monitor.windows import DEFAULT_TIME, TimeBasis, check_time, empty_window_hint, other_time
 
 SCAN_PER_ITEM = 10  # grouping looks at this many of the worst answers per item listed ...
@@ -156,18 +156,5 @@ async def _turn_details(
     store: Store, results: Sequence[EvaluationResult]
 ) -> dict[str, dict[str, Any]]:
     """The parsed `detail` of the conversation turn of each result's trace, by trace id."""
-    conversations = sorted({r.conversation_id for r in results if r.conversation_id})
-    if not conversations:
-        return {}
-    wanted = {r.trace_id for r in results}
-    details: dict[str, dict[str, Any]] = {}
-    for row in await store.select_rows(turns_table, conversation_id=conversations):
-        if row.get("trace_id") not in wanted:
-            continue
-        try:
-            detail = json.loads(row.get("detail") or "{}")
-        except ValueError:
-            continue
-        if isinstance(detail, dict):
-            details[row["trace_id"]] = detail
-    return details
+    conversations = {r.conversation_id for r in results if r.conversation_id}
+    return await turn_details(store, conversations, {r.trace_id for r in results})

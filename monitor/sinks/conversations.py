@@ -1,6 +1,6 @@
 """The conversation repository: what the conversation stage reads and writes, nothing more.
 
-The conversation stage (`monitor/pipeline/conversation.py`) numbers turns and carries
+The conversation stage (`monitor/stages/conversation.py`) numbers turns and carries
 constraints in memory; this is all it knows of the database. A conversation is loaded whole
 (its turn rows, the turns its stored results carry, its carried constraints), and every write
 about one conversation for one processing step (the trace's turn row and result, the rows and

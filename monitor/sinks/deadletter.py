@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 import structlog
 from aiokafka.errors import KafkaError
@@ -36,19 +36,6 @@ def dead_letter_headers(
     }
     kept = [(k, v) for k, v in msg.headers if not k.startswith(HEADER_PREFIX)]
     return kept + [(HEADER_PREFIX + k, v.encode("utf-8")) for k, v in ours.items()]
-
-
-class DeadLetterSink(Protocol):
-    async def send(
-        self,
-        msg: RawMessage,
-        reason: str,
-        error_class: str,
-        detail: str,
-        value: bytes | None = None,
-    ) -> None:
-        """Store the message (or `value` in its place) durably; return only once it is stored."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from the settings (:func:`producer_limits`) and sorts a failed send into one of 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -204,6 +204,13 @@ class TopicProducer:
     async def stop(self) -> None:
         self._closed = True
         await self.producer.stop()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
 
     async def write(self, produce: Callable[[], Awaitable[None]], **context: Any) -> None:
         """`produce`, retried while its failure is transient; once the producer is stopped, a

@@ -12,8 +12,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from monitor import metrics_catalog as catalog
+from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Selection
-from monitor.sinks.metrics import AgentLabels
 
 MAX_EXEMPLAR_ID_CHARS = 64
 # Scores that become histogram series; other per-result values (e.g. `support`) stay in results.

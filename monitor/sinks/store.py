@@ -33,7 +33,6 @@ from sqlalchemy import (
     Text,
     and_,
     cast,
-    exists,
     func,
     inspect,
     or_,
@@ -390,6 +389,13 @@ class Store:
             await self._writer
         await self._engine.dispose()
 
+    async def __aenter__(self) -> Store:
+        """An opened store (`Store.open`) as a context: closed at the end."""
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
     # ----------------------------------------------------------------------------- results
 
     async def save(
@@ -593,7 +599,7 @@ class Store:
         value = _metric_value(self._dialect, _checked_metric(metric))
         query = (
             _ranked_rows()
-            .where(_since(since, counted_from), value.is_not(None))
+            .where(since_clause(since, counted_from), value.is_not(None))
             .order_by(value.asc(), results_table.c.timestamp.desc())
             .limit(limit)
         )
@@ -615,7 +621,7 @@ class Store:
         column = results_table.c.agent
         query = (
             select(column)
-            .where(_since(since, counted_from), column.is_not(None))
+            .where(since_clause(since, counted_from), column.is_not(None))
             .distinct()
             .order_by(column)
             .limit(limit)
@@ -637,7 +643,7 @@ class Store:
         reason = _metric_reason(self._dialect, metric)
         query = (
             select(reason, func.count())
-            .where(_since(since, counted_from), or_(value.is_not(None), reason.is_not(None)))
+            .where(since_clause(since, counted_from), or_(value.is_not(None), reason.is_not(None)))
             .group_by(reason)
         )
         if agent is not None:
@@ -664,7 +670,7 @@ class Store:
         query = (
             _ranked_rows()
             .where(
-                _since(since, counted_from),
+                since_clause(since, counted_from),
                 value.is_(None),
                 _metric_reason(self._dialect, metric) == reason,
             )
@@ -684,7 +690,7 @@ class Store:
             if counted_from == "trace"
             else func.coalesce(table.c.scored_at, table.c.timestamp)
         )
-        count = select(func.count()).where(_since(since, counted_from))
+        count = select(func.count()).where(since_clause(since, counted_from))
         latest = select(func.max(moment))
         if agent is not None:
             count = count.where(table.c.agent == agent)
@@ -692,20 +698,14 @@ class Store:
         async with self._engine.connect() as conn:
             n = (await conn.execute(count.select_from(table))).scalar() or 0
             last = (await conn.execute(latest.select_from(table))).scalar()
-        return int(n), _as_datetime(last)
+        return int(n), as_datetime(last)
 
     # ---------------------------------------------------------------- generic keyed documents
 
     async def upsert_rows(self, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert or replace rows of one of the store's tables by primary key, at once."""
-        if not rows:
-            return
-
-        async def write() -> None:
-            async with self._engine.begin() as conn:
-                await self._upsert(conn, table, rows)
-
-        await self._retrying(write)
+        """Insert or replace rows of one of the store's tables by primary key, in one
+        transaction, through the group-commit writer (the one retried write path)."""
+        await self.write([Upsert(table, row) for row in rows])
 
     async def select_rows(self, table: Table, **equals: Any) -> list[dict[str, Any]]:
         query = select(table)
@@ -792,7 +792,7 @@ def _metric_reason(dialect: str, metric: str) -> ColumnElement[Any]:
     return reason
 
 
-def _as_datetime(value: Any) -> datetime | None:
+def as_datetime(value: Any) -> datetime | None:
     """A timestamp as a query returns it (SQLite: a string, or naive), in UTC."""
     if value is None:
         return None
@@ -813,7 +813,7 @@ def _metric_value(dialect: str, metric: str) -> ColumnElement[Any]:
     return value
 
 
-def _since(since: datetime, counted_from: TimeBasis) -> ColumnElement[bool]:
+def since_clause(since: datetime, counted_from: TimeBasis) -> ColumnElement[bool]:
     """Results at or after `since` by trace time, or by scoring time (falling back to the trace
     time of rows stored before `scored_at` existed)."""
     table = results_table
@@ -858,45 +858,6 @@ def result_row(
         "answer": _clip(answer),
         "result": result.model_dump_json(),
     }
-
-
-def _turns_since(since: datetime, counted_from: TimeBasis) -> ColumnElement[bool]:
-    """Turns whose trace is timestamped at or after `since`, or was scored then (a result of
-    the trace written since: the turn row is written with it)."""
-    if counted_from == "trace":
-        return turns_table.c.timestamp >= since
-    return exists().where(
-        results_table.c.trace_id == turns_table.c.trace_id, _since(since, counted_from)
-    )
-
-
-async def turns_since(
-    store: Store, since: datetime, *, counted_from: TimeBasis = "trace"
-) -> list[dict[str, Any]]:
-    """Stored conversation turns since a time: by their traces' timestamps (`counted_from`
-    "trace") or by when they were scored ("scored")."""
-    query = select(turns_table).where(_turns_since(since, counted_from))
-    async with store._engine.connect() as conn:
-        return [dict(r._mapping) for r in (await conn.execute(query)).all()]
-
-
-async def turn_extent(
-    store: Store, since: datetime, *, counted_from: TimeBasis = "trace"
-) -> tuple[int, datetime | None]:
-    """How many turns there are since a time, and when the latest of all was scored (or
-    timestamped): what an empty window's hint is made of."""
-    count = select(func.count()).select_from(turns_table).where(_turns_since(since, counted_from))
-    if counted_from == "trace":
-        latest = select(func.max(turns_table.c.timestamp))
-    else:
-        moment = func.coalesce(results_table.c.scored_at, results_table.c.timestamp)
-        latest = select(func.max(moment)).where(
-            results_table.c.trace_id.in_(select(turns_table.c.trace_id))
-        )
-    async with store._engine.connect() as conn:
-        n = (await conn.execute(count)).scalar() or 0
-        last = (await conn.execute(latest)).scalar()
-    return int(n), _as_datetime(last)
 
 
 class StoreGoldenSink:

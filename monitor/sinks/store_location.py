@@ -39,3 +39,18 @@ def missing_store(url: str) -> Path | None:
     """The file of a SQLite store that does not exist (None when it exists, or not SQLite)."""
     path = sqlite_file(url)
     return path if path is not None and not path.exists() else None
+
+
+def scrubbed_error(exc: BaseException, url: str) -> str:
+    """An exception's message without the store URL or its password."""
+    message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    secrets = [url]
+    try:
+        password = make_url(url).password
+    except Exception:
+        password = None
+    if password:
+        secrets.append(str(password))
+    for secret in secrets:
+        message = message.replace(secret, "***")
+    return message

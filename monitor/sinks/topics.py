@@ -1,6 +1,6 @@
 """Start-up checks that the topics the daemon writes to exist.
 
-It creates none of them (only its own internal topics, `monitor.sources.topic_admin`);
+It creates none of them (only its own internal topics, `monitor.sinks.topic_admin`);
 `rag-monitor topics create` does.
 """
 

@@ -75,6 +75,13 @@ class TopicWriter:
         self._closed = True
         await self._producer.stop()
 
+    async def __aenter__(self) -> TopicWriter:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.stop()
+
     async def send_all(self, records: Sequence[OutRecord]) -> list[Refused]:
         """Write every record; returns those refused as too large (the rest are acknowledged)."""
         pending = list(records)

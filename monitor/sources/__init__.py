@@ -1,9 +1,7 @@
-"""Sources: where traces come from, up to decoded messages.
+"""Sources: where raw messages come from, and which of their offsets are safe to commit.
 
-The Kafka consumer (`kafka`) and the file/stdin replay (`file`) yield raw messages; `offsets`
-says which are safe to commit. Native JSON is decoded by `native`; OpenTelemetry exports by
-`otlp` (with `otlp_mapping` and `otlp_conventions` for what each instrumentation writes,
-`otlp_documents` for the shapes retrieved documents are recorded in, `otlp_values` for the
-attribute values, and `otlp_logs` for GenAI events), split per trace (`otlp_split`) and assembled
-whole (`assembly`, `otlp_stage`) before the pipeline sees them.
+The Kafka consumer (`kafka`) and the file/stdin replay (`file`) yield `RawMessage`s and nothing
+more; what the bytes mean is `monitor.formats`' business, what happens to them `monitor.stages`'.
+`offsets` says which offsets are finished, `progress` whether a consumer's partitions move.
+See docs/architecture.md.
 """

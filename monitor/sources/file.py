@@ -15,7 +15,7 @@ import enum
 import os
 import stat
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -164,7 +164,7 @@ class _ChunkReader:
 
 async def read_lines(
     path: str, max_line_bytes: int, stop: asyncio.Event | None = None
-) -> AsyncIterator[list[RawMessage]]:
+) -> AsyncGenerator[list[RawMessage], None]:
     """Yield batches of non-blank lines as messages as they arrive; `-` reads stdin.
 
     Offsets are line numbers. An idle input yields an empty batch every IDLE_SECONDS (the caller
@@ -244,3 +244,26 @@ async def _next_chunk(
     if stopped is not None and stopped in done:
         return _Wake.STOPPED
     return _Wake.IDLE
+
+
+class FileSource:
+    """A file (or stdin) as a consume loop's source: `read_lines`' batches, None at the end.
+    Offsets are line numbers and nothing is committed (a replay is run again whole)."""
+
+    name = "file"
+
+    def __init__(self, path: str, max_line_bytes: int, stop: asyncio.Event | None = None) -> None:
+        self._batches = read_lines(path, max_line_bytes, stop=stop)
+
+    async def fetch(self) -> list[RawMessage] | None:
+        return await anext(self._batches, None)
+
+    async def commit_if_due(self) -> None:
+        return None
+
+    async def __aenter__(self) -> FileSource:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        """Stop reading (the reader thread ends with the generator)."""
+        await self._batches.aclose()

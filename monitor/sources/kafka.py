@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -14,8 +14,9 @@ from aiokafka.structs import OffsetAndMetadata, TopicPartition
 
 from monitor.config import KafkaConfig, aiokafka_security_kwargs
 from monitor.messages import RawMessage
-from monitor.sinks.metrics import Metrics
+from monitor.metrics import Metrics
 from monitor.sources.offsets import OffsetTracker, ReplayFilter
+from monitor.typing import PartitionListener
 
 log = structlog.get_logger(__name__)
 
@@ -56,8 +57,7 @@ class KafkaSource:
         config: KafkaConfig,
         tracker: OffsetTracker,
         metrics: Metrics,
-        on_assigned: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
-        on_revoking: Callable[[set[TopicPartition]], Awaitable[None]] | None = None,
+        listener: PartitionListener | None = None,
         *,
         group_id: str | None = None,
         topics: list[str] | None = None,
@@ -65,16 +65,16 @@ class KafkaSource:
         busy: Callable[[set[TopicPartition]], bool] | None = None,
         skip_finished: bool = False,
     ) -> None:
-        """`skip_finished`: commits say which later offsets are unfinished, and a new owner
-        skips the others (for topics whose messages finish out of order: the spans topic)."""
+        """`listener` hears of rebalances (the consume loop); `skip_finished`: commits say which
+        later offsets are unfinished, and a new owner skips the others (for topics whose
+        messages finish out of order: the spans topic)."""
         self._config = config
         self.name = name
         self.group_id = group_id or config.group_id
         self.topics = topics if topics is not None else list(config.topics)
         self._tracker = tracker
         self._metrics = metrics
-        self._on_assigned = on_assigned
-        self._on_revoking = on_revoking
+        self._listener = listener
         self._busy = busy or (lambda tps: any(tracker.pending(tp) for tp in tps))
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=config.bootstrap_servers,
@@ -97,6 +97,17 @@ class KafkaSource:
     async def start(self) -> None:
         self._consumer.subscribe(topics=self.topics, listener=_Rebalance(self))
         await self._consumer.start()
+
+    async def __aenter__(self) -> KafkaSource:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        """Commit what finished (never more), then leave the group."""
+        try:
+            await self.commit()
+        finally:
+            await self.stop()
 
     @property
     def assignment(self) -> set[TopicPartition]:
@@ -212,8 +223,8 @@ class KafkaSource:
         )
         if self._skip_finished:
             await self._load_replay_filter(assigned)
-        if self._on_assigned is not None:
-            await self._on_assigned(assigned)
+        if self._listener is not None:
+            await self._listener.on_assigned(assigned | self.assignment)
 
     async def _load_replay_filter(self, assigned: set[TopicPartition]) -> None:
         """Read what the previous owners said about the offsets beyond their commits."""
@@ -235,8 +246,8 @@ class KafkaSource:
         """Let the revoked partitions' in-flight work finish briefly, commit, then forget them."""
         if not revoked:
             return
-        if self._on_revoking is not None:
-            await self._on_revoking(revoked)
+        if self._listener is not None:
+            await self._listener.on_revoked(revoked)
         deadline = time.monotonic() + REVOKE_WAIT_SECONDS
         while self._busy(revoked) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import structlog
 from aiokafka.structs import TopicPartition
 
+from monitor.metrics import Metrics
 from monitor.retry import Failing, FailingCalls
-from monitor.sinks.metrics import Metrics
 from monitor.sources.offsets import OffsetTracker
 
 log = structlog.get_logger(__name__)

@@ -1,4 +1,4 @@
-"""When the trace being processed was read from its source: set by the ingest stage around each
+"""When the trace being processed was read from its source: set by the score stage around each
 trace, read by the scoring stage.
 
 Its tier-0 predictions for the population estimates are made with the calibration of the epoch
@@ -29,5 +29,5 @@ def read_at(monotonic: float) -> Iterator[None]:
 
 
 def current_read_at() -> float | None:
-    """When the trace being processed was read (None outside the ingest stage)."""
+    """When the trace being processed was read (None outside the score stage)."""
     return _read_at.get()

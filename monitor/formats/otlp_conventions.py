@@ -2,7 +2,7 @@
 
 One table per thing to find (span role, messages, pipeline input and output, documents,
 conversation, agent, model, usage), in precedence order; each entry names the convention it
-comes from. `monitor.sources.otlp_mapping` applies them. Supporting another instrumentation, or
+comes from. `monitor.formats.otlp_mapping` applies them. Supporting another instrumentation, or
 a renamed attribute, is an entry here:
 
 - OpenInference: `openinference.span.kind`, `input.value` / `output.value`,
@@ -10,11 +10,11 @@ a renamed attribute, is an entry here:
 - OpenTelemetry GenAI semantic conventions, current and deprecated: `gen_ai.operation.name`,
   `gen_ai.input.messages` / `gen_ai.output.messages`, indexed `gen_ai.prompt.N.*` /
   `gen_ai.completion.N.*`, events on the span or in OTLP logs (joined to their span by
-  `monitor.sources.otlp_logs`), `gen_ai.retrieval.*`, `gen_ai.conversation.id`.
+  `monitor.formats.otlp_logs`), `gen_ai.retrieval.*`, `gen_ai.conversation.id`.
 - OpenLLMetry / Traceloop: `traceloop.span.kind`, `traceloop.entity.input` / `.output`,
   `traceloop.association.properties.*`, `llm.request.type`; its LangChain and LlamaIndex
   instrumentations record documents as LangChain documents or LlamaIndex nodes in those
-  values (`monitor.sources.otlp_documents` recognises them).
+  values (`monitor.formats.otlp_documents` recognises them).
 """
 
 from __future__ import annotations

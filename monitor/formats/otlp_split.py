@@ -24,11 +24,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from monitor.sources.assembly import SpanShape
-from monitor.sources.otlp import OtlpDecodeError, OtlpFormat, parse_request
-from monitor.sources.otlp_conventions import mapped_event_names
-from monitor.sources.otlp_logs import log_event, parse_logs_request
-from monitor.sources.otlp_salvage import encode_rejected, salvage, span_problem
+from monitor.formats.assembly import SpanShape
+from monitor.formats.otlp import OtlpDecodeError, OtlpFormat, parse_request
+from monitor.formats.otlp_conventions import mapped_event_names
+from monitor.formats.otlp_logs import log_event, parse_logs_request
+from monitor.formats.otlp_salvage import encode_rejected, salvage, span_problem
 
 __all__ = [
     "LogsPart",

@@ -1,9 +1,9 @@
-"""Mapping the spans of one trace onto the `Trace` model (used by `monitor.sources.otlp`).
+"""Mapping the spans of one trace onto the `Trace` model (used by `monitor.formats.otlp`).
 
 Three families of instrumentation are read, current and still-common older versions:
 OpenInference, the OpenTelemetry GenAI semantic conventions (attributes, and events on the
-span or in OTLP logs joined to it by `monitor.sources.otlp_logs`) and OpenLLMetry / Traceloop.
-Every attribute name read is in the tables of `monitor.sources.otlp_conventions`; this module
+span or in OTLP logs joined to it by `monitor.formats.otlp_logs`) and OpenLLMetry / Traceloop.
+Every attribute name read is in the tables of `monitor.formats.otlp_conventions`; this module
 decides how the pieces they find make one RAG turn (`spans_to_trace` says how).
 """
 
@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from monitor.models import DEFAULT_AGENT, Context, Trace, Usage
-from monitor.sources.native import MAX_DETAIL_CHARS
-from monitor.sources.otlp_conventions import (
+from monitor.formats.errors import OtlpMappingError
+from monitor.formats.otlp_conventions import (
     AGENT_NAME,
     CONVERSATION_ID,
     DEFAULT_SERVICE_NAME,
@@ -46,14 +44,14 @@ from monitor.sources.otlp_conventions import (
     MessageSource,
     Role,
 )
-from monitor.sources.otlp_documents import (
+from monitor.formats.otlp_documents import (
     Document,
     Retrieval,
     given_documents,
     last_handed_documents,
     retrievals,
 )
-from monitor.sources.otlp_values import (
+from monitor.formats.otlp_values import (
     finite_number,
     indexed_groups,
     jsonable,
@@ -62,26 +60,16 @@ from monitor.sources.otlp_values import (
     text_or_none,
     unwrap,
 )
+from monitor.models import DEFAULT_AGENT, Context, Trace, Usage
+from monitor.times import datetime_from_ns, millis_from_ns
 
 if TYPE_CHECKING:  # otlp.py imports this module; SpanRecord is only needed for annotations
-    from monitor.sources.otlp import SpanRecord
+    from monitor.formats.otlp import SpanRecord
 
 __all__ = ["OtlpMappingError", "spans_to_trace"]
 
 MAX_INSTRUCTIONS_CHARS = 4000
 SPAN_KIND_CLIENT = 3  # OTLP SpanKind CLIENT: a call to another service
-
-
-class OtlpMappingError(ValueError):
-    """A trace that looks like a RAG turn but cannot become a `Trace`.
-
-    `reason` is a short, bounded label: no_query, no_answer, no_timestamp or invalid_trace.
-    """
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        self.detail = detail[:MAX_DETAIL_CHARS]
-        super().__init__(f"{reason}: {self.detail}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +283,7 @@ def spans_to_trace(
 
     Roles come from SPAN_ROLES: LLM calls, retrievers and rerankers, pipeline spans (a chain,
     workflow or agent: the turn), Traceloop tasks (retrievers when their output is documents;
-    `monitor.sources.otlp_documents` reads the documents in every recorded shape).
+    `monitor.formats.otlp_documents` reads the documents in every recorded shape).
 
     - Not a RAG turn (None): no LLM call, retrieval or pipeline with input and output at all
       (HTTP, database, embeddings or tool spans only); or a plain LLM call -- LLM spans, no
@@ -399,8 +387,7 @@ def _map(spans: Sequence[SpanRecord], score_plain_llm_calls: bool) -> Trace | No
     end_ns = top.end_time_unix_nano or max(s.end_time_unix_nano for s in ordered)
     if end_ns <= 0:
         raise OtlpMappingError("no_timestamp", "no span has an end time")
-    seconds, rest_ns = divmod(end_ns, 1_000_000_000)
-    timestamp = datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest_ns // 1000)
+    timestamp = datetime_from_ns(end_ns)
     duration = top.duration_ns
     metered = [s for s in llms if not _has_ancestor(s, by_id, roles, "llm")] or remote_agents[:1]
 
@@ -414,7 +401,7 @@ def _map(spans: Sequence[SpanRecord], score_plain_llm_calls: bool) -> Trace | No
         contexts_without_text=textless or None,
         answer=answer,
         model=_model(metered[-1]) if metered else None,
-        latency_ms=duration / 1e6 if top.end_time_unix_nano and duration >= 0 else None,
+        latency_ms=millis_from_ns(duration) if top.end_time_unix_nano and duration >= 0 else None,
         usage=_usage(metered),
         metadata=_metadata(top, outermost, llms),
     )

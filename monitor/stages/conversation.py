@@ -8,7 +8,7 @@ in one step, so results carry their turn. A turn's values come from the LLM judg
 turn was judged, from tier 0 otherwise (the stored row and the metric name the evaluator).
 
 Turn numbers. A native trace's `turn` wins. Otherwise turns are numbered by their start (the
-OTLP root span's start, `metadata.started_at`; else `timestamp`), ties broken by trace id:
+OTLP root span's start, `assembly.start_ns`; else `timestamp`), ties broken by trace id:
 turn = 1 + the number of the conversation's traces that started earlier. A trace that arrives
 after later-starting turns were numbered takes its place, and those turns move up by one (their
 turn rows and stored results are rewritten in the same step, and the results re-published). The
@@ -23,6 +23,8 @@ the store when it is next seen, its turn rows and results checked together again
 (its next step rewrites any that disagree), so restarts, rebalances and crashes lose nothing. A
 re-delivered trace keeps its turn, its judge verdicts are reused, and what did not change is
 neither written nor published again.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -34,17 +36,18 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
+from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from monitor import metrics_catalog as catalog
 from monitor.config.conversation import ConversationConfig
 from monitor.evaluators.constraints import check_constraint
 from monitor.evaluators.multiturn import drift_rate, hallucination_rate, turn_bucket
-from monitor.faults import check_owned, current_owner
+from monitor.faults import check_owned, current_owner, current_partitions
+from monitor.metrics import AgentLabels
 from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trace
 from monitor.sinks.conversations import (
     ConversationStep,
@@ -53,42 +56,28 @@ from monitor.sinks.conversations import (
     TraceIdConflict,
     TurnRow,
 )
-from monitor.sinks.metrics import AgentLabels
 from monitor.sinks.store import StoredResult
+from monitor.times import micros, micros_from_ns
+from monitor.typing import TurnJudge
 
 log = structlog.get_logger(__name__)
 
 EVALUATOR_RANK = {"heuristic": 0, "ragas": 1, "llm": 2}
 MAX_CARRIED_CONSTRAINTS = 20
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DISAGREE = 0  # a stored trace whose turn row and results carry different turns
 
 
 def start_micros(trace: Trace) -> int:
-    """When the turn started, in microseconds since the epoch: `metadata.started_at` (the OTLP
-    root span's start, RFC 3339) when present, else `timestamp`."""
-    moment = trace.timestamp
-    started = (trace.metadata or {}).get("started_at")
-    if isinstance(started, str):
-        try:
-            parsed = datetime.fromisoformat(started)
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            moment = parsed
-    delta = moment - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    """When the turn started, in microseconds since the epoch: the OTLP root span's start
+    (`Trace.assembly.start_ns`) when known, else `timestamp`."""
+    if trace.assembly is not None and trace.assembly.start_ns is not None:
+        return micros_from_ns(trace.assembly.start_ns)
+    return micros(trace.timestamp)
 
 
 def turn_order_key(trace: Trace) -> tuple[int, int, str]:
     """The order in which a conversation's traces are processed: explicit turn, start, id."""
     return (trace.turn or 0, start_micros(trace), trace.trace_id)
-
-
-class TurnJudge(Protocol):
-    async def judge_turn(
-        self, trace: Trace, constraints: list[Constraint], history: list[tuple[str, str]]
-    ) -> Any: ...
 
 
 class ConversationMetrics:
@@ -120,6 +109,7 @@ class _Conversation:
         "last_memory",
         "last_seen",
         "order",
+        "partitions",
         "starts",
         "stored_turns",
     )
@@ -135,6 +125,7 @@ class _Conversation:
         self.carried: list[Constraint] = []  # user-stated constraints extracted by the judge
         self.last_seen = time.monotonic()
         self.last_memory: int | None = None
+        self.partitions: set[TopicPartition] = set()  # where its traces were read
 
     @property
     def last_turn(self) -> int:
@@ -284,6 +275,7 @@ class ConversationTracker:
         try:
             async with held.lock:
                 conv = await self._conversation(conversation_id, trace.agent)
+                conv.partitions.update(current_partitions())
                 stored = StoredTrace()
                 if self._store is not None and trace.trace_id in conv.stored_turns:
                     # stored before: a re-delivery (its results decide what is new)
@@ -571,11 +563,16 @@ class ConversationTracker:
         self._metrics.active.set(len(self._conversations))
         return ended
 
-    def forget_all(self) -> None:
-        """Drop everything (partitions revoked); a conversation reloads when seen again. Every
-        step was written as it committed, so nothing is left to save."""
-        self._conversations.clear()
-        self._metrics.active.set(0)
+    def forget_partitions(self, revoked: set[TopicPartition]) -> int:
+        """Drop the conversations read from revoked partitions: their next turns are another
+        replica's now, and if the partitions come back the store has what it wrote meanwhile.
+        A conversation reloads when seen again; every step was written as it committed, so
+        nothing is left to save. Returns how many were dropped."""
+        gone = [key for key, conv in self._conversations.items() if conv.partitions & revoked]
+        for conversation_id in gone:
+            del self._conversations[conversation_id]
+        self._metrics.active.set(len(self._conversations))
+        return len(gone)
 
 
 def _drift(turn: int, constraints: Sequence[dict[str, Any]]) -> float | None:

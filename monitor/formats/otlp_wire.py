@@ -17,7 +17,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped,unused-ig
 from google.protobuf.message import Message  # type: ignore[import-untyped,unused-ignore]
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from monitor.sources.native import DecodeError as OtlpDecodeError
+from monitor.formats.errors import DecodeError as OtlpDecodeError
 
 R = TypeVar("R")
 M = TypeVar("M", bound=Message)
@@ -162,7 +162,7 @@ def any_value(value: AnyValue) -> Any:
 
 # ------------------------------------------------------------------------------ protobuf wire
 # Enough of the wire format to take a message apart where a parser refuses it whole
-# (`monitor.sources.otlp_salvage`).
+# (`monitor.formats.otlp_salvage`).
 
 WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
 

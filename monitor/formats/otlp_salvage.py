@@ -27,8 +27,8 @@ from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from monitor.sources.native import DecodeError as OtlpDecodeError
-from monitor.sources.otlp_wire import (
+from monitor.formats.errors import DecodeError as OtlpDecodeError
+from monitor.formats.otlp_wire import (
     convert_id,
     json_document,
     length_delimited,

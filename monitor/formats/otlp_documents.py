@@ -1,7 +1,7 @@
 """Retrieved documents in the shapes instrumentations record them (used by the OTLP mapping).
 
 A document found is a dict {id, content, score, source, metadata}, any of them None. Shapes
-read, every attribute and key named in `monitor.sources.otlp_conventions`:
+read, every attribute and key named in `monitor.formats.otlp_conventions`:
 
 - flattened `retrieval.documents.N.document.*` (OpenInference), a JSON list
   (`gen_ai.retrieval.documents`), one event per document (OpenLLMetry's vector stores);
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from monitor.sources.otlp_conventions import (
+from monitor.formats.otlp_conventions import (
     DOCUMENT_ID_KEYS,
     DOCUMENT_TEXT_KEYS,
     DOCUMENTS,
@@ -43,7 +43,7 @@ from monitor.sources.otlp_conventions import (
     JsonDocuments,
     Role,
 )
-from monitor.sources.otlp_values import (
+from monitor.formats.otlp_values import (
     dict_or_none,
     indexed_groups,
     maybe_json,
@@ -53,7 +53,7 @@ from monitor.sources.otlp_values import (
 )
 
 if TYPE_CHECKING:  # otlp.py imports the mapping, which imports this module
-    from monitor.sources.otlp import SpanRecord
+    from monitor.formats.otlp import SpanRecord
 
 __all__ = [
     "Retrieval",

@@ -1,4 +1,5 @@
-"""Decoding what the OpenTelemetry Collector's Kafka exporter writes (DESIGN.md section 2).
+"""Decoding what the OpenTelemetry Collector's Kafka exporter writes (docs/input.md; where this
+sits in the pipeline: docs/architecture.md).
 
 The exporter writes one `ExportTraceServiceRequest` per message, either as protobuf bytes
 (`otlp_proto`) or in the OTLP/JSON encoding (`otlp_json`). OTLP/JSON is the protobuf JSON mapping
@@ -6,9 +7,9 @@ with one deviation: trace and span ids are lowercase hex strings, not base64. Fi
 lowerCamelCase or the proto's snake_case, and enum values names or integers.
 
 `decode_otlp` turns a message into flat, immutable `SpanRecord`s; it never raises anything but
-`OtlpDecodeError` whatever the input bytes. `spans_to_trace` (in `monitor.sources.otlp_mapping`,
+`OtlpDecodeError` whatever the input bytes. `spans_to_trace` (in `monitor.formats.otlp_mapping`,
 re-exported here) maps the spans of one whole trace onto the `Trace` model; splitting messages
-per trace is `monitor.sources.otlp_split`, collecting a trace's parts `monitor.sources.assembly`.
+per trace is `monitor.formats.otlp_split`, collecting a trace's parts `monitor.formats.assembly`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any, Literal
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from monitor.sources.native import DecodeError
-from monitor.sources.otlp_mapping import OtlpMappingError, spans_to_trace
-from monitor.sources.otlp_wire import (
+from monitor.formats.errors import DecodeError, OtlpMappingError
+from monitor.formats.otlp_mapping import spans_to_trace
+from monitor.formats.otlp_wire import (
     convert_id,
     flatten_attributes,
     guarded,

@@ -8,7 +8,7 @@ default) as `ExportLogsServiceRequest`s, protobuf or OTLP/JSON, like spans.
 
 `decode_otlp_logs` turns one such message into `LogEvent`s; `attach_log_events` joins them to
 their spans by trace and span id, as span events, which is where the mapper reads GenAI events
-from (`monitor.sources.otlp_mapping`). Both are pure; neither raises anything but
+from (`monitor.formats.otlp_mapping`). Both are pure; neither raises anything but
 `OtlpDecodeError` (the decoder) whatever the input.
 """
 
@@ -23,14 +23,14 @@ from typing import Any, Literal, TypeVar
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
-from monitor.sources.otlp import (
+from monitor.formats.otlp import (
     SPAN_ID_BYTES,
     TRACE_ID_BYTES,
     OtlpDecodeError,
     SpanEvent,
     SpanRecord,
 )
-from monitor.sources.otlp_wire import (
+from monitor.formats.otlp_wire import (
     any_value,
     convert_id,
     flatten_attributes,

@@ -1,25 +1,28 @@
-"""From raw messages to processed traces: decode, dead-letter what is bad, dispatch the rest.
+"""The score stage: native traces in, processed traces out (scored, numbered, stored).
 
-Every message is begun in the offset tracker when read and finished only when all the traces it
-carried are processed, deliberately skipped or dead-lettered, so committed offsets never pass
-unfinished work. Only a fault of the trace itself dead-letters it (`monitor.faults`): a store or
-broker that is away holds the trace (the sinks retry; here it is processed again until it goes
-through), and a trace whose partition was revoked is left for the next owner, which reads it
-again. A fetched batch is decoded at once and handed to one task; at most
+A trace comes decoded from a native topic or the traces topic (assembled by the OTLP stage), or
+in process from the assemble stage (the file source). Every message is finished only when all
+the traces it carried are processed, deliberately skipped or dead-lettered, so committed offsets
+never pass unfinished work. Only a fault of the trace itself dead-letters it (`monitor.faults`):
+a store or broker that is away holds the trace (the sinks retry; here it is processed again
+until it goes through), and a trace whose partition was revoked is left for the next owner,
+which reads it again. A fetched batch is decoded at once and handed to one task; at most
 `max_in_flight` traces are unfinished at a time, beyond which reading waits (the cheap stages
 keep up; the costly judge sheds load on its own).
 
 Traces of one conversation are processed one at a time, in the order of their start (within a
-batch; across batches in the order read), while different conversations run concurrently; each
-is processed knowing when it was read (monitor.pipeline.read_time), however long it waited. OTLP
-messages go to the OTLP intake: re-keyed through the spans topic on Kafka, assembled in process
-for the file source.
+batch; across batches in the order read), while different conversations run concurrently. Each
+trace is processed under the claim of the partitions it was read from (`faults.owned_while`),
+which the sinks check before they write and the conversation stage keeps its state by; a
+revocation forgets the state of the revoked partitions only. Each is processed knowing when it
+was read (`stages.read_time`), however long it waited.
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,25 +32,21 @@ from aiokafka.structs import TopicPartition
 from opentelemetry import trace as otel_trace
 from opentelemetry.context import Context
 
-from monitor.config import InputFormat
 from monitor.faults import DataFault, ServiceFault, owned_while
+from monitor.formats.errors import DecodeError
 from monitor.log_throttle import Throttled
-from monitor.messages import RawMessage
+from monitor.messages import RawMessage, Routed
+from monitor.metrics import Metrics
 from monitor.models import Trace
-from monitor.offload import offload
-from monitor.pipeline.conversation import turn_order_key
-from monitor.pipeline.read_time import read_at
-from monitor.pipeline.stage import TraceProcessor
-from monitor.sinks.deadletter import DeadLetterSink
-from monitor.sinks.metrics import Metrics
 from monitor.sinks.produce import ProduceRejected
-from monitor.sources.assembly import Release
-from monitor.sources.native import DecodeError, decode_native
 from monitor.sources.offsets import OffsetTracker
-from monitor.sources.otlp import OtlpFormat, detect_format
-from monitor.sources.otlp_logs import detect_logs_format
-from monitor.sources.otlp_stage import OtlpIntake, PartToken
+from monitor.stages import offloaded
+from monitor.stages.conversation import turn_order_key
+from monitor.stages.ports import Assembled
+from monitor.stages.read_time import read_at
+from monitor.stages.reject import Rejecter
 from monitor.telemetry import context_from_headers
+from monitor.typing import TraceProcessor
 
 log = structlog.get_logger(__name__)
 
@@ -60,40 +59,32 @@ SERVICE_RETRY_SECONDS = 1.0  # before processing again a trace a service fault h
 class _Work:
     trace: Trace
     tokens: tuple[RawMessage, ...]
-    read_at: float  # time.monotonic() when it was decoded (monitor.pipeline.read_time)
+    read_at: float  # time.monotonic() when it was decoded (monitor.stages.read_time)
     parent: Context | None = None
     # the generation of each of the tokens' partitions when they were read (`owned`)
     generations: tuple[tuple[TopicPartition, int], ...] = ()
 
 
-class Ingest:
+class ScoreStage:
+    name = "score"
+
     def __init__(
         self,
         *,
-        input_format: InputFormat,
-        max_message_bytes: int,
         processor: TraceProcessor,
-        dead_letters: DeadLetterSink,
+        rejecter: Rejecter,
         tracker: OffsetTracker,
         metrics: Metrics,
         tracer: otel_trace.Tracer | None,
         max_in_flight: int,
-        otlp: OtlpIntake | None = None,
-        assembled_topics: frozenset[str] = frozenset(),
-        text_lines: bool = False,
         on_fatal: Callable[[ProduceRejected], None] | None = None,
+        forget: Callable[[set[TopicPartition]], object] | None = None,
     ) -> None:
-        """`otlp` takes OTLP messages (None: input is native only); `assembled_topics` hold
-        native traces the OTLP stage assembled (never OTLP, already counted as decoded).
-        `text_lines`: messages are lines of a text file (the file source), so with the `auto`
-        format bytes that are not JSON are a native decoding error (invalid_utf8, invalid_json),
-        never OTLP protobuf. `on_fatal` hears of a write the cluster refuses for good (the trace
-        then stays unfinished, its offset uncommitted)."""
-        self._format = input_format
-        self._text_lines = text_lines
-        self._max_bytes = max_message_bytes
+        """`on_fatal` hears of a write the cluster refuses for good (the trace then stays
+        unfinished, its offset uncommitted); `forget` drops the processor's state of revoked
+        partitions (the conversations read from them)."""
         self._processor = processor
-        self._dead_letters = dead_letters
+        self._rejecter = rejecter
         self._tracker = tracker
         self._metrics = metrics
         self._tracer = tracer  # None: tracing is off and costs nothing per message
@@ -102,100 +93,64 @@ class Ingest:
         self._capacity = asyncio.Event()
         self._waiting = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._otlp = otlp
-        self._assembled_topics = assembled_topics
         # The last batch's work per conversation, which the next batch's work of it waits for.
         self._tails: dict[str, asyncio.Future[None]] = {}
         self._decoded_native = metrics.traces_decoded.labels("native")
         self._on_fatal = on_fatal
+        self._forget = forget
         self._draining = False
         self._data_faults: dict[str, Throttled] = {}
-
-    def attach_otlp(self, otlp: OtlpIntake) -> None:
-        """Where OTLP messages go (set after construction: an in-process intake feeds back)."""
-        self._otlp = otlp
 
     @property
     def in_flight(self) -> int:
         """Traces dispatched but not finished."""
         return self._in_flight
 
-    async def handle_batch(self, messages: Sequence[RawMessage]) -> None:
-        """Take fetched messages; returns once they are dispatched (not necessarily processed).
-
-        The good traces are dispatched before the bad messages are dead-lettered, so a
-        dead-letter topic that does not answer holds up only the bad ones (and the commits).
-        """
+    async def handle_batch(self, batch: Sequence[Routed]) -> None:
+        """Decode the batch's traces; returns once they are dispatched (not necessarily
+        processed). The good traces are dispatched before the bad messages are dead-lettered,
+        so a dead-letter topic that does not answer holds up only the bad ones (and the
+        commits). Traces of the traces topic were counted as decoded by the OTLP stage."""
         work: list[_Work] = []
         bad: list[tuple[RawMessage, DecodeError]] = []
-        otlp: list[tuple[RawMessage, OtlpFormat]] = []
-        logs: list[tuple[RawMessage, OtlpFormat]] = []
-        consumed: dict[str, int] = {}
         decoded = 0
-        for msg in messages:
-            consumed[msg.topic] = consumed.get(msg.topic, 0) + 1
-            self._tracker.begin(msg.tp, msg.offset)
-            item = await self._decode(msg, otlp, logs)
-            if isinstance(item, DecodeError):
-                bad.append((msg, item))
-            elif item is not None:
-                work.append(item)
-                decoded += msg.topic not in self._assembled_topics
-        for topic, count in consumed.items():
-            self._metrics.messages_consumed.labels(topic).inc(count)
+        for routed in batch:
+            msg = routed.message
+            parent = self._decode_span(msg)
+            trace = await offloaded.decoded(msg, assembled=routed.internal)
+            if isinstance(trace, DecodeError):
+                bad.append((msg, trace))
+                continue
+            work.append(self._work(trace, (msg,), parent))
+            decoded += not routed.internal
         if work:
             self._decoded_native.inc(decoded)
             await self._dispatch(work)
-        if otlp or logs:
-            if self._otlp is None:
-                off = DecodeError("otlp_undecodable", "OTLP input is off")
-                bad += [(msg, off) for msg, _ in otlp + logs]
-            else:
-                if otlp:
-                    await self._otlp.take(otlp)
-                if logs:
-                    await self._otlp.take_logs(logs)
         for msg, error in bad:
-            await self.reject(msg, error)
+            await self._rejecter.reject(msg, error)
 
-    async def _decode(
-        self,
-        msg: RawMessage,
-        otlp: list[tuple[RawMessage, OtlpFormat]],
-        logs: list[tuple[RawMessage, OtlpFormat]],
-    ) -> _Work | DecodeError | None:
-        """A native trace ready to process; what is wrong with a message to dead-letter; None
-        when the message is OTLP (then added to `otlp`, or to `logs` for an OTLP/JSON logs
-        export in the `auto` format)."""
-        if msg.value is not None and msg.value_size > self._max_bytes:
-            return DecodeError("too_large", f"{msg.value_size} bytes, limit {self._max_bytes}")
-        fmt: InputFormat = self._format
-        if msg.topic in self._assembled_topics:
-            fmt = "native"
-        elif fmt == "auto":
-            fmt = detect_format(msg.value or b"")
-            if fmt == "otlp_proto" and self._text_lines:
-                fmt = "native"  # a line of text is never protobuf: let the decoder name the fault
-            if fmt == "native" and detect_logs_format(msg.value or b"") == "otlp_json":
-                logs.append((msg, "otlp_json"))  # GenAI events as OTLP/JSON logs
-                return None
-        if fmt == "otlp_json" or fmt == "otlp_proto":
-            otlp.append((msg, fmt))
+    def _decode_span(self, msg: RawMessage) -> Context | None:
+        """The parent context of the trace's processing span, when tracing is on."""
+        if self._tracer is None:
             return None
-        parent = None
-        if self._tracer is not None:
-            with self._tracer.start_as_current_span(
-                "rag-monitor decode", context=context_from_headers(msg.headers)
-            ) as span:
-                span.set_attribute("messaging.kafka.offset", msg.offset)
-                parent = otel_trace.set_span_in_context(span)
-        try:
-            trace = await offload(
-                msg.value_size, functools.partial(decode_native, msg.value, self._max_bytes)
-            )
-        except DecodeError as exc:
-            return exc
-        return self._work(trace, (msg,), parent)
+        with self._tracer.start_as_current_span(
+            "rag-monitor decode", context=context_from_headers(msg.headers)
+        ) as span:
+            span.set_attribute("messaging.kafka.offset", msg.offset)
+            return otel_trace.set_span_in_context(span)
+
+    async def take_assembled(self, items: Sequence[Assembled]) -> None:
+        """Traces the assemble stage released in process: each finishes its parts' messages."""
+        await self._dispatch(
+            [
+                self._work(trace, tuple(t.message for t in release.tokens))
+                for trace, release in items
+            ]
+        )
+
+    async def take_natives(self, items: Sequence[tuple[RawMessage, Trace]]) -> None:
+        """Native traces the re-key stage decoded in process."""
+        await self._dispatch([self._work(trace, (msg,)) for msg, trace in items])
 
     def _work(
         self, trace: Trace, tokens: tuple[RawMessage, ...], parent: Context | None = None
@@ -208,18 +163,14 @@ class Ingest:
         return all(self._tracker.generation(tp) == g for tp, g in item.generations)
 
     async def tick(self) -> None:
-        """Let the OTLP intake release what is due (assembled traces, in process)."""
-        if self._otlp is not None:
-            await self._otlp.tick()
+        return None
 
-    async def dispatch_assembled(self, items: list[tuple[Trace, Release[PartToken]]]) -> None:
-        """Traces assembled in process (the file source): scored like native ones."""
-        await self._dispatch(
-            [
-                self._work(trace, tuple(t.message for t in release.tokens))
-                for trace, release in items
-            ]
-        )
+    def on_revoked(self, partitions: set[TopicPartition]) -> None:
+        if self._forget is not None:
+            self._forget(partitions)
+
+    def on_assigned(self, assignment: set[TopicPartition]) -> None:
+        return None
 
     @property
     def waiting_for_capacity(self) -> bool:
@@ -297,7 +248,8 @@ class Ingest:
         agent = self._metrics.agent_label(trace.agent)
         finished = True
         try:
-            with owned_while(lambda: self._owned(item)), read_at(item.read_at):
+            partitions = tuple(tp for tp, _ in item.generations)
+            with owned_while(lambda: self._owned(item), partitions), read_at(item.read_at):
                 await self._process_held(item)
             self._metrics.traces_processed.labels(agent, "ok").inc()
         except ProduceRejected as exc:
@@ -316,11 +268,11 @@ class Ingest:
                     "trace dead-lettered by a fault of its own"
                 )
             throttled.note(reason=exc.reason, error=str(exc))
-            await self._dead_letter_trace(item, exc.reason, exc)
+            await self._rejecter.reject_trace(item.trace, item.tokens, exc.reason, exc)
         except Exception as exc:
             log.exception("processing failed; dead-lettering the trace")
             self._metrics.traces_processed.labels(agent, "error").inc()
-            await self._dead_letter_trace(item, "processing_error", exc)
+            await self._rejecter.reject_trace(item.trace, item.tokens, "processing_error", exc)
         finally:
             elapsed = time.perf_counter() - started
             exemplar = (
@@ -350,59 +302,23 @@ class Ingest:
                     raise
             await asyncio.sleep(SERVICE_RETRY_SECONDS)
 
-    async def _dead_letter_trace(self, item: _Work, reason: str, exc: Exception) -> None:
-        detail = f"{type(exc).__name__}: {exc}"
-        value = item.trace.model_dump_json().encode()
-        for token in item.tokens:
-            await self._dead_letter(token, reason, type(exc).__name__, detail, value=value)
-
-    async def reject(self, msg: RawMessage, error: DecodeError, finish: bool = True) -> None:
-        """Dead-letter a message that cannot be decoded (and finish it)."""
-        if not self._text_lines:  # a file's dead letters are lines on stderr: reported already
-            log.warning(
-                "message dead-lettered",
-                topic=msg.topic,
-                partition=msg.partition,
-                offset=msg.offset,
-                reason=error.reason,
-                error=error.detail,
-            )
-        await self._dead_letter(msg, error.reason, type(error).__name__, error.detail)
-        if finish:
-            self._tracker.finish(msg.tp, msg.offset)
-
-    async def _dead_letter(
-        self,
-        msg: RawMessage,
-        reason: str,
-        error_class: str,
-        detail: str,
-        value: bytes | None = None,
-    ) -> None:
-        await self._dead_letters.send(msg, reason, error_class, detail, value=value)
-        self._metrics.dead_letters.labels(reason).inc()
-
-    def finish_messages(self, tokens: Sequence[RawMessage]) -> None:
-        self._finish(tokens)
-
     def _finish(self, tokens: Sequence[RawMessage]) -> None:
         for token in tokens:
             self._tracker.finish(token.tp, token.offset)
 
     async def drain(self, deadline: float) -> bool:
-        """Release what the in-process OTLP intake still holds and wait for in-flight work until
-        `deadline` (monotonic). Returns False when the deadline passed with work still running.
-        """
+        """Wait for in-flight work until `deadline` (monotonic); what still runs then is
+        cancelled, its offsets left uncommitted to be read again, and False returned."""
         self._draining = True  # a trace a service fault holds is left for the next start
-        if self._otlp is not None:
-            await self._otlp.flush()
         while self._tasks:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                log.warning(
+                    "shutdown deadline passed; unfinished traces will be re-read",
+                    unfinished=self._in_flight,
+                )
+                for task in self._tasks:
+                    task.cancel()
                 return False
             await asyncio.wait(set(self._tasks), timeout=remaining)
         return True
-
-    def cancel_all(self) -> None:
-        for task in self._tasks:
-            task.cancel()

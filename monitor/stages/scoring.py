@@ -24,10 +24,12 @@ stored one (the judge's verdict is the one it gave before: `LLMJudge`'s durable 
 neither published nor written again (`ragmon_results_published_total{outcome="unchanged"}`). A
 result is published again only when something in it changed (its turn, its scores).
 
-Traces the OTLP stage assembled carry what assembly knew in `metadata`: `incomplete_trace`
-(released before it was whole: every result gets the `incomplete_trace` flag) and `revision`
+Traces the OTLP stage assembled carry what assembly knew (`Trace.assembly`): whether they were
+whole when released (if not, every result gets the `incomplete_trace` flag) and their revision
 (re-assembled after late spans: its results are upserted over the earlier ones, but the
 metrics, which counted the trace once already, are not counted again).
+
+Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -51,15 +53,16 @@ from monitor.models import (
     StatementVerdict,
     Trace,
 )
-from monitor.pipeline.read_time import current_read_at
 from monitor.sinks.conversations import TraceIdConflict
 from monitor.sinks.results import ResultsPublisher
 from monitor.sinks.scoring_metrics import ScoringMetrics
 from monitor.sinks.span_events import add_evaluation_events
 from monitor.sinks.store import Store, StoredResult
+from monitor.stages.read_time import current_read_at
+from monitor.typing import Judge, SyncEvaluator, TextRedactor
 
 if TYPE_CHECKING:
-    from monitor.pipeline.conversation import ConversationTracker, Turn
+    from monitor.stages.conversation import ConversationTracker, Turn
 
 log = structlog.get_logger(__name__)
 
@@ -75,37 +78,18 @@ INCOMPLETE_FLAG = "incomplete_trace"
 
 def revision(trace: Trace) -> int:
     """1 for a trace seen the first time; more for a re-assembly after late spans."""
-    value = (trace.metadata or {}).get("revision")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
+    return trace.assembly.revision if trace.assembly is not None else 1
 
 
 def incomplete(trace: Trace) -> bool:
-    return (trace.metadata or {}).get(INCOMPLETE_FLAG) is True
+    """Released by the OTLP stage before it was whole."""
+    return trace.assembly is not None and not trace.assembly.complete
 
 
 async def scored_whole(store: Store, evaluator: str, trace_id: str) -> bool:
     """The store holds `evaluator`'s result of the whole trace (not of a fragment of it)."""
     stored = await store.get_result(trace_id, evaluator)
     return stored is not None and INCOMPLETE_FLAG not in stored.flags
-
-
-class SyncEvaluator(Protocol):
-    name: str
-
-    def evaluate(self, trace: Trace) -> EvaluationResult: ...
-
-
-class Judge(Protocol):
-    name: str
-
-    @property
-    def circuit_open(self) -> bool: ...
-
-    async def evaluate(self, trace: Trace) -> EvaluationResult: ...
-
-
-class TextRedactor(Protocol):
-    def redact(self, text: str) -> str: ...
 
 
 def redact_result(result: EvaluationResult, redactor: TextRedactor) -> EvaluationResult:
@@ -164,7 +148,7 @@ class ScoringProcessor:
     async def process(self, trace: Trace) -> None:
         count = revision(trace) == 1
         read_at = current_read_at()
-        if read_at is None:  # not from the ingest stage: read now
+        if read_at is None:  # not from the score stage: read now
             read_at = time.monotonic()
         if incomplete(trace) and await self._has_whole_result(trace):
             # Spans of a trace already scored whole, arriving where nobody remembers it (after a

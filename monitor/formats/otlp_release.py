@@ -7,14 +7,15 @@ CPU one trace of many spans costs does not hold the event loop (`monitor.offload
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from monitor.models import Trace
-from monitor.sources.assembly import Release
-from monitor.sources.otlp import OtlpMappingError, decode_otlp, spans_to_trace
-from monitor.sources.otlp_logs import attach_log_events, decode_otlp_logs
-from monitor.sources.otlp_split import merge_parts
+from monitor.formats.assembly import Release
+from monitor.formats.errors import OtlpMappingError
+from monitor.formats.otlp import decode_otlp, spans_to_trace
+from monitor.formats.otlp_logs import attach_log_events, decode_otlp_logs
+from monitor.formats.otlp_split import merge_parts
+from monitor.models import AssemblyRecord, Trace
+from monitor.times import datetime_from_ns
 
 __all__ = ["map_release", "release_bytes", "stamp"]
 
@@ -39,19 +40,15 @@ def map_release(release: Release[Any], score_plain_llm_calls: bool) -> tuple[Tra
 
 
 def stamp(trace: Trace, release: Release[Any]) -> Trace:
-    """The trace with what assembly knows: when it started, whether it is whole, its revision."""
-    metadata = dict(trace.metadata or {})
-    if release.start_ns:
-        seconds, rest = divmod(release.start_ns, 1_000_000_000)
+    """The trace with what assembly knows (`Trace.assembly`): when it started, whether it is
+    whole, its revision."""
+    start_ns = release.start_ns or None
+    if start_ns is not None:
         try:
-            started = datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=rest // 1000)
-        except (OverflowError, OSError, ValueError):
+            datetime_from_ns(start_ns)
+        except ValueError:
             raise OtlpMappingError(
-                "invalid_trace", f"absurd start time: {release.start_ns} ns since 1970"
+                "invalid_trace", f"absurd start time: {start_ns} ns since 1970"
             ) from None
-        metadata["started_at"] = started.isoformat()
-    if not release.complete:
-        metadata["incomplete_trace"] = True
-    if release.revision > 1:
-        metadata["revision"] = release.revision
-    return trace.model_copy(update={"metadata": metadata})
+    record = AssemblyRecord(start_ns=start_ns, complete=release.complete, revision=release.revision)
+    return trace.model_copy(update={"assembly": record})
