@@ -147,12 +147,7 @@ def recording_cost(cases: list[Case], rounds: int = 20) -> float:
     from prometheus_client import CollectorRegistry
 
     config = EstimatesConfig()
-    calibrations = Calibrations(
-        config.thresholds,
-        config.calibration_window,
-        config.calibration_min_labels,
-        config.calibration_epoch_seconds,
-    )
+    calibrations = Calibrations.from_config(config)
     recorder = EstimateRecorder(
         evaluator="llm",
         config=config,
@@ -276,12 +271,7 @@ def calibrate(stream: Stream, cases: list[Case], fold: int) -> Calibrations:
     """The daemon's calibrations learnt on the uniform draw of a training stream, whose labels
     all arrived in epoch 0; the reported stream is read later, when they are all in."""
     config = EstimatesConfig()
-    calibrations = Calibrations(
-        config.thresholds,
-        config.calibration_window,
-        config.calibration_min_labels,
-        config.calibration_epoch_seconds,
-    )
+    calibrations = Calibrations.from_config(config)
     for drawn, c, judge, conversation in draws(stream, cases, fold):
         if drawn:
             calibration = calibrations.get(METRIC, c.language)

@@ -651,12 +651,7 @@ def _estimate_recorder(
 ) -> EstimateRecorder:
     """The population estimates' sums, with their calibrations exported on the registry."""
     config = settings.estimates
-    calibrations = Calibrations(
-        config.thresholds,
-        config.calibration_window,
-        config.calibration_min_labels,
-        config.calibration_epoch_seconds,
-    )
+    calibrations = Calibrations.from_config(config)
     metrics.registry.register(calibrations)
     return EstimateRecorder(
         evaluator=evaluator,

@@ -94,12 +94,7 @@ async def test_a_held_turn_is_predicted_by_the_calibration_of_when_it_was_read()
         calibration_min_labels=1,
         calibration_epoch_seconds=EPOCH_SECONDS,
     )
-    calibrations = Calibrations(
-        config.thresholds,
-        config.calibration_window,
-        config.calibration_min_labels,
-        config.calibration_epoch_seconds,
-    )
+    calibrations = Calibrations.from_config(config)
     judge = HeldJudge("conv-a")
     processor = ScoringProcessor(
         tier0=HeuristicEvaluator(),

@@ -40,6 +40,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from monitor import metrics_catalog as catalog
+from monitor.config.scoring import EstimatesConfig
 from monitor.evaluators.language import identify
 from monitor.evaluators.sampler import unit_hash
 from monitor.models import Prediction
@@ -234,6 +235,16 @@ class Calibrations(Collector):
         self._min_labels = min_labels
         self._epoch_seconds = epoch_seconds
         self._by_key: dict[tuple[str, str], Calibration] = {}
+
+    @classmethod
+    def from_config(cls, config: EstimatesConfig) -> Calibrations:
+        """The calibrations the `estimates` settings describe."""
+        return cls(
+            config.thresholds,
+            config.calibration_window,
+            config.calibration_min_labels,
+            config.calibration_epoch_seconds,
+        )
 
     def epoch_at(self, monotonic: float) -> int:
         """The epoch of a moment of `time.monotonic()`."""
