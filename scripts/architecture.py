@@ -42,7 +42,6 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
             "metrics",
             "retry",
             "logs",
-            "log_throttle",
             "offload",
             "windows",
             "command",

@@ -34,7 +34,7 @@ from opentelemetry.context import Context
 
 from monitor.faults import DataFault, ServiceFault, owned_while
 from monitor.formats.errors import DecodeError
-from monitor.log_throttle import Throttled
+from monitor.logs import CountedWarning
 from monitor.messages import RawMessage, Routed
 from monitor.metrics import Metrics
 from monitor.models import Trace
@@ -99,7 +99,7 @@ class ScoreStage:
         self._on_fatal = on_fatal
         self._forget = forget
         self._draining = False
-        self._data_faults: dict[str, Throttled] = {}
+        self._data_faults: dict[str, CountedWarning] = {}
 
     @property
     def in_flight(self) -> int:
@@ -262,12 +262,12 @@ class ScoreStage:
             log.info("trace left unfinished; it will be read again", reason=str(exc))
         except DataFault as exc:
             self._metrics.traces_processed.labels(agent, "error").inc()
-            throttled = self._data_faults.get(exc.reason)
-            if throttled is None:
-                throttled = self._data_faults[exc.reason] = Throttled(
-                    "trace dead-lettered by a fault of its own"
+            warning = self._data_faults.get(exc.reason)
+            if warning is None:
+                warning = self._data_faults[exc.reason] = CountedWarning(
+                    log, "trace dead-lettered by a fault of its own"
                 )
-            throttled.note(reason=exc.reason, error=str(exc))
+            warning.count(exc.reason, reason=exc.reason, error=str(exc))
             await self._rejecter.reject_trace(item.trace, item.tokens, exc.reason, exc)
         except Exception as exc:
             log.exception("processing failed; dead-lettering the trace")
