@@ -22,8 +22,13 @@ Methods (rows):
   variance that treats turns as independent;
 - ``uniform-only``: the same estimate with the cluster-robust variance (conversations are the
   unit of the draw) -- what the recording rules compute;
-- ``PPI, turns iid`` and ``prediction-powered``: tier 0's calibrated prediction over every
-  trace plus the judge's correction on the uniform draw, without and with clustering.
+- ``judged, weighted``: every judged trace (the draw and the priorities) weighted by its
+  inverse chance of being judged, no prediction: what the priorities add;
+- ``PPI, uniform draw``: tier 0's calibrated prediction over every trace plus the judge's
+  correction on the uniform draw alone: what tier 0's prediction adds;
+- ``PPI, turns iid`` and ``prediction-powered``: the prediction plus the judge's correction on
+  every judged trace weighted by its inverse chance, without and with clustering -- the
+  daemon's estimate.
 
 Held out: items are dealt into folds by source as ``bench/detect.py`` does (grouped by
 document or question, positives spread evenly). Repetition r uses fold r mod k: tier 0's
@@ -79,7 +84,7 @@ from monitor.estimates.recorder import EstimateRecorder  # noqa: E402
 from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
 from monitor.evaluators.sampler import Sampler, unit_hash  # noqa: E402
 from monitor.metrics import AgentLabels  # noqa: E402
-from monitor.metrics_catalog import ESTIMATE_TERMS, create  # noqa: E402
+from monitor.metrics_catalog import ESTIMATE_TERMS, ESTIMATE_WEIGHTED_TERMS, create  # noqa: E402
 from monitor.models import EvaluationResult, PriorityReason, Score  # noqa: E402
 
 METRIC = "faithfulness"
@@ -89,6 +94,8 @@ METHODS = (
     "raw judged",
     "uniform, turns iid",
     "uniform-only",
+    "judged, weighted",
+    "PPI, uniform draw",
     "PPI, turns iid",
     "prediction-powered",
 )
@@ -148,10 +155,12 @@ def recording_cost(cases: list[Case], rounds: int = 20) -> float:
 
     config = EstimatesConfig()
     calibrations = Calibrations.from_config(config)
+    registry = CollectorRegistry()
     recorder = EstimateRecorder(
         evaluator="llm",
         config=config,
-        terms=create(ESTIMATE_TERMS, CollectorRegistry()),
+        terms=create(ESTIMATE_TERMS, registry),
+        weighted_terms=create(ESTIMATE_WEIGHTED_TERMS, registry),
         agent_label=AgentLabels(10),
         calibrations=calibrations,
     )
@@ -240,31 +249,45 @@ def language_weights(cases: list[Case], members: Sequence[int]) -> tuple[list[st
     return languages, [counts[lang] / total for lang in languages]
 
 
-def select(stream: Stream, cases: list[Case], fold: int) -> list[tuple[bool, bool, float]]:
-    """(uniform, judged, inclusion probability) of every trace, from the real sampler."""
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """What the real sampler decided for one trace of a stream."""
+
+    uniform: bool
+    judged: bool
+    rate: float  # the draw's inclusion probability
+    judged_probability: float  # by the draw or as a priority
+
+
+def select(stream: Stream, cases: list[Case], fold: int) -> list[Chosen]:
+    """Every trace's selection, from the real sampler."""
     sampler = Sampler(SamplingConfig())
     draws: dict[str, float] = {}
     out = []
-    for case, conversation in zip(stream.cases, stream.conversations, strict=True):
+    for i, (case, conversation) in enumerate(zip(stream.cases, stream.conversations, strict=True)):
         draw = draws.get(conversation)
         if draw is None:
             draw = draws[conversation] = unit_hash(conversation)
-        chosen = sampler.choose("default", draw, cases[case].priority[fold]).selection
-        out.append((chosen.uniform, chosen.judged, chosen.inclusion_probability))
+        priority_draw = unit_hash(f"priority:{conversation}-{i}")
+        chosen = sampler.choose("default", draw, cases[case].priority[fold], priority_draw)
+        s = chosen.selection
+        judged_probability = s.judged_probability
+        assert judged_probability is not None
+        out.append(Chosen(s.uniform, s.judged, s.inclusion_probability, judged_probability))
     return out
 
 
 def draws(stream: Stream, cases: list[Case], fold: int) -> Iterator[tuple[bool, Case, float, str]]:
     """Per trace: whether the uniform draw chose it, its case, the judge's faithfulness (0 or 1)
     and its conversation."""
-    for (drawn, _, _), case, bad, conversation in zip(
+    for chosen, case, bad, conversation in zip(
         select(stream, cases, fold),
         stream.cases,
         stream.unfaithful,
         stream.conversations,
         strict=True,
     ):
-        yield drawn, cases[case], 1.0 - float(bad), conversation
+        yield chosen.uniform, cases[case], 1.0 - float(bad), conversation
 
 
 def calibrate(stream: Stream, cases: list[Case], fold: int) -> Calibrations:
@@ -292,28 +315,44 @@ def frozen_predictions(
 
 
 def estimate_stream(
-    stream: Stream, chosen: Sequence[tuple[bool, bool, float]], predictions: Sequence[float]
+    stream: Stream, chosen: Sequence[Chosen], predictions: Sequence[float]
 ) -> Outcome:
     """Every method's estimate; `predictions`: each trace's prediction of the share below the
     threshold (the calibration's `below`)."""
-    judged = [bad for (_, j, _), bad in zip(chosen, stream.unfaithful, strict=True) if j]
-    sample = [
-        (conversation, 1.0 / p, float(bad), f, i)
-        for i, ((drawn, _, p), bad, f, conversation) in enumerate(
-            zip(chosen, stream.unfaithful, predictions, stream.conversations, strict=True)
-        )
-        if drawn
+    rows = list(zip(chosen, stream.unfaithful, predictions, stream.conversations, strict=True))
+    judged = [float(bad) for c, bad, _, _ in rows if c.judged]
+    drawn = [
+        Observation(conversation, 1.0 / c.rate, float(bad), f)
+        for c, bad, f, conversation in rows
+        if c.uniform
     ]
-    by_conversation = [Observation(c, w, y, f) for c, w, y, f, _ in sample]
-    by_trace = [Observation(str(i), w, y, f) for _, w, y, f, i in sample]
+    weighted = [
+        Observation(conversation, 1.0 / c.judged_probability, float(bad), f)
+        for c, bad, f, conversation in rows
+        if c.judged
+    ]
+    traffic = terms_of(drawn, predictions)
+    weighted_terms = terms_of(weighted, [])
+    unpredicted = [Observation(o.cluster, o.weight, o.judge, 0.0) for o in drawn]
     estimates: dict[str, tuple[float, float, float] | None] = {
         "raw judged": _binomial(judged),
-        "uniform, turns iid": _bounds(uniform(terms_of(by_trace, []))),
-        "uniform-only": _bounds(uniform(terms_of(by_conversation, []))),
-        "PPI, turns iid": _bounds(prediction_powered(terms_of(by_trace, predictions))),
-        "prediction-powered": _bounds(prediction_powered(terms_of(by_conversation, predictions))),
+        "uniform, turns iid": _bounds(uniform(terms_of(_by_trace(drawn), []))),
+        "uniform-only": _bounds(uniform(traffic)),
+        "judged, weighted": _bounds(
+            prediction_powered(
+                terms_of(unpredicted, [0.0] * len(predictions)),
+                terms_of([Observation(o.cluster, o.weight, o.judge, 0.0) for o in weighted], []),
+            )
+        ),
+        "PPI, uniform draw": _bounds(prediction_powered(traffic, terms_of(drawn, []))),
+        "PPI, turns iid": _bounds(
+            prediction_powered(
+                terms_of(_by_trace(drawn), predictions), terms_of(_by_trace(weighted), [])
+            )
+        ),
+        "prediction-powered": _bounds(prediction_powered(traffic, weighted_terms)),
     }
-    uniform_judged = sum(1 for drawn, _, _ in chosen if drawn)
+    uniform_judged = sum(1 for c in chosen if c.uniform)
     return Outcome(
         truth=float(stream.unfaithful.mean()),
         human=float(stream.human.mean()),
@@ -321,6 +360,13 @@ def estimate_stream(
         priority_share=1.0 - uniform_judged / len(judged) if judged else float("nan"),
         estimates=estimates,
     )
+
+
+def _by_trace(observations: list[Observation]) -> list[Observation]:
+    """The same sample with every trace its own cluster (turns treated as independent)."""
+    return [
+        Observation(str(i), o.weight, o.judge, o.prediction) for i, o in enumerate(observations)
+    ]
 
 
 def _binomial(values: Sequence[float]) -> tuple[float, float, float] | None:

@@ -300,7 +300,7 @@ def replay_stream(
     languages = [cases[case].language for case in stream.cases]
     out = {}
     for latency in timing.latencies:
-        judged = [j for _, j, _ in chosen]
+        judged = [c.judged for c in chosen]
         scored, answered = schedule(stream.conversations, judged, latency, rng)
         for start in STARTS:
             for kind in PREDICTORS:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,10 +173,17 @@ ESTIMATE_BY = "agent, metric, evaluator, quantity"
 Z95 = 1.96  # as the recording rules and monitor/estimates/estimator.py
 
 
-def estimate_term(term: str, matchers: list[str], window: str = "$window") -> str:
-    """One running sum of the population estimates over the window (all replicas)."""
+def estimate_term(
+    term: str,
+    matchers: list[str],
+    window: str = "$window",
+    counter: str = "ragmon_estimate_terms_total",
+) -> str:
+    """One running sum of the population estimates over the window (all replicas): of the
+    traffic and the uniform draw, or (`ragmon_estimate_weighted_terms_total`) of every judged
+    trace."""
     s = sel(f'term="{term}"', *matchers)
-    return f"sum by ({ESTIMATE_BY}) (increase(ragmon_estimate_terms_total{s}[{window}]))"
+    return f"sum by ({ESTIMATE_BY}) (increase({counter}{s}[{window}]))"
 
 
 def ppi_estimate(matchers: list[str], window: str = "$window") -> tuple[str, str, str]:
@@ -185,16 +193,22 @@ def ppi_estimate(matchers: list[str], window: str = "$window") -> tuple[str, str
     def t(term: str) -> str:
         return estimate_term(term, matchers, window)
 
-    shift = f"(({t('y')} - {t('f')}) / ({t('m')} > 0))"
+    def j(term: str) -> str:
+        return estimate_term(term, matchers, window, "ragmon_estimate_weighted_terms_total")
+
+    shift = f"((({j('y')} - {j('f')}) / ({j('m')} > 0)) and {t('clusters')} > 1)"
     value = f"({t('predicted')} / ({t('traces')} > 0) + {shift})"
-    spread = (
-        f"({t('yy')} - 2 * {t('yf')} + {t('ff')})"
-        f" - 2 * {shift} * ({t('ym')} - {t('fm')})"
-        f" + {shift} ^ 2 * {t('mm')}"
-    )
-    stderr = (
-        f"(sqrt(clamp_min({t('clusters')} / ({t('clusters')} - 1 > 0) * ({spread}), 0)) / {t('m')})"
-    )
+
+    def spread(s: Callable[[str], str]) -> str:
+        return (
+            f"(({s('yy')} - 2 * {s('yf')} + {s('ff')})"
+            f" - 2 * {shift} * ({s('ym')} - {s('fm')})"
+            f" + {shift} ^ 2 * {s('mm')})"
+        )
+
+    less_draw = f"{spread(j)} - {t('judged')} / {t('m')} * {spread(t)}"
+    fpc = f"(({less_draw} > {spread(j)} / 2) or {spread(j)} / 2)"
+    stderr = f"(sqrt(clamp_min({j('clusters')} / ({j('clusters')} - 1 > 0) * {fpc}, 0)) / {j('m')})"
     lower = f"clamp_min({value} - {Z95} * {stderr}, 0)"
     upper = f"clamp_max({value} + {Z95} * {stderr}, 1)"
     return value, lower, upper
@@ -1013,7 +1027,8 @@ def quality_overview() -> dict[str, Any]:
 
 def population_estimate_panels() -> list[dict[str, Any]]:
     """The judge's scores over all traffic: estimate and 95% band per agent, from tier 0 and the
-    judge's uniform draw (priority traces never count), with what they rest on."""
+    judged traces, each weighted by its inverse chance of being judged, with what they rest
+    on."""
     panels: list[dict[str, Any]] = [
         row("Population estimates: the judge's scores over all traffic (estimate and 95% band)")
     ]
@@ -1049,9 +1064,10 @@ def population_estimate_panels() -> list[dict[str, Any]]:
                 ],
                 description="Prediction-powered estimate over $window: tier 0's calibrated "
                 "prediction averaged over every trace, plus the judge's mean difference from it "
-                "on the uniform draw of conversations; dashed: its 95% interval "
+                "on the traces it judged, each weighted by its inverse chance of being judged "
+                "(the uniform draw's rate, more for a priority); dashed: its 95% interval "
                 "(conversations as the unit). The uniform draw's own estimate is shown beside "
-                'it; priority traces never count. docs/metrics.md, "Population estimates".'
+                'it. docs/metrics.md, "Population estimates".'
                 + (JUDGE_ONLY_NOTE if metric in JUDGE_ONLY_METRICS else ""),
                 no_value="No data: needs the LLM judge and judged traces of the uniform draw",
             )
@@ -1080,9 +1096,9 @@ def population_estimate_panels() -> list[dict[str, Any]]:
             judged,
             unit="short",
             width=8,
-            description="sampled: the uniform draw (what the estimates rest on); priority: "
-            "judged for a priority rule only (review, never the estimates); priority_capped: "
-            "priorities the cap sampling.priority_max_share skipped; and the priority rules "
+            description="sampled: the uniform draw; priority: judged for a priority rule only "
+            "(by a chance the cap sampling.priority_max_share sets: the estimates weigh it by "
+            "its inverse); priority_capped: priorities that chance skipped; and the priority rules "
             "matched, drawn or not.",
         ),
         timeseries(

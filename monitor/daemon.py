@@ -657,6 +657,7 @@ def _estimate_recorder(
         evaluator=evaluator,
         config=config,
         terms=scoring_metrics.estimate_terms,
+        weighted_terms=scoring_metrics.estimate_weighted_terms,
         agent_label=metrics.agent_label,
         calibrations=calibrations,
         max_conversations=settings.conversations.max_conversations,

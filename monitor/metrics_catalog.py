@@ -413,6 +413,14 @@ ESTIMATE_TERMS = _declare(
         ("agent", "metric", "evaluator", "quantity", "term"),
     )
 )
+ESTIMATE_WEIGHTED_TERMS = _declare(
+    MetricSpec(
+        "ragmon_estimate_weighted_terms_total",
+        Counter,
+        "Running sums over every judged trace, weighted by its inverse chance of being judged.",
+        ("agent", "metric", "evaluator", "quantity", "term"),
+    )
+)
 ESTIMATE_CALIBRATION_LABELS = _declare(
     MetricSpec(
         "ragmon_estimate_calibration_labels",

@@ -165,6 +165,8 @@ class Selection(_Strict):
     `inclusion_probability`: that rate when the decision was made (load lowers it);
     `priority`: the priority rule the trace matched, if any (judged beyond the rate unless
     `priority_capped`: the cap on the share of traffic priorities may add skipped it);
+    `priority_probability`: for a priority, the chance the cap gave it of being judged had the
+    draw not chosen it (monitor.evaluators.sampler);
     `predictions`: tier 0's calibrated predictions, per judge metric, recorded when made.
     """
 
@@ -172,12 +174,25 @@ class Selection(_Strict):
     inclusion_probability: float = Field(ge=0.0, le=1.0)
     priority: PriorityReason | None = None
     priority_capped: bool = False
+    priority_probability: float | None = Field(default=None, ge=0.0, le=1.0)
     predictions: dict[str, Prediction] = Field(default_factory=dict)
 
     @property
     def judged(self) -> bool:
         """Whether this selection sends the trace to the judge."""
         return self.uniform or (self.priority is not None and not self.priority_capped)
+
+    @property
+    def judged_probability(self) -> float | None:
+        """The chance the trace had of being judged, by the draw or as a priority: the weight
+        of a judged trace in the estimates is its inverse. None for a priority recorded before
+        the cap was a chance (its probability is unknown)."""
+        rate = self.inclusion_probability
+        if self.priority is None:
+            return rate
+        if self.priority_probability is None:
+            return None
+        return rate + (1.0 - rate) * self.priority_probability
 
 
 class EvaluationResult(_Strict):

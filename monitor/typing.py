@@ -127,7 +127,7 @@ class CounterChild(Protocol):
 
 
 class TermCounter(Protocol):
-    """`ragmon_estimate_terms_total` (ScoringMetrics.estimate_terms)."""
+    """`ragmon_estimate_terms_total` or `ragmon_estimate_weighted_terms_total`."""
 
     def labels(self, *values: str) -> CounterChild: ...
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor import metrics_catalog as catalog
-from monitor.config.scoring import EstimatesConfig
+from monitor.config.scoring import EstimatesConfig, SamplingConfig
 from monitor.estimates.calibration import (
     BINS,
     FOLDS,
@@ -31,26 +31,36 @@ from monitor.estimates.estimator import (
     uniform,
 )
 from monitor.estimates.recorder import EstimateRecorder
-from monitor.evaluators.sampler import unit_hash
+from monitor.evaluators.sampler import Sampler, unit_hash
 from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Prediction, Score, Selection
 from tests.support.traces import FIXED_TIME, make_trace
 
+RATE = 0.1
+FPC = math.sqrt(1 - RATE)  # the draw takes a conversation at most once: no replacement
 
-def obs(cluster: str, y: float, f: float = 0.0, w: float = 1.0) -> Observation:
+
+def obs(cluster: str, y: float, f: float = 0.0, w: float = 1 / RATE) -> Observation:
     return Observation(cluster=cluster, weight=w, judge=y, prediction=f)
 
 
 def test_uniform_estimate_of_independent_traces_is_the_sample_mean_and_its_standard_error() -> None:
-    """Four conversations of one trace each: the mean and s / sqrt(n) of a simple sample."""
+    """Four conversations of one trace each, drawn at a tenth: the mean and
+    s / sqrt(n) * sqrt(1 - 1/10) of a simple sample without replacement."""
     ys = [1.0, 0.0, 1.0, 1.0]
     est = uniform(terms_of([obs(f"c{i}", y) for i, y in enumerate(ys)], []))
     assert est is not None
     assert est.value == pytest.approx(0.75)
     s2 = sum((y - 0.75) ** 2 for y in ys) / 3  # sample variance, 1/4
-    assert est.stderr == pytest.approx(math.sqrt(s2 / 4))  # 0.25
+    assert est.stderr == pytest.approx(math.sqrt(s2 / 4) * FPC)  # 0.25 * 0.949
     low, high = est.interval()
-    assert (low, high) == pytest.approx((0.75 - 1.96 * 0.25, 1.0))
+    assert (low, high) == pytest.approx((0.75 - 1.96 * 0.25 * FPC, 1.0))
+
+
+def test_a_census_has_no_sampling_error() -> None:
+    """Every conversation judged (rate 1): the mean is the traffic's, known exactly."""
+    est = uniform(terms_of([obs(f"c{i}", y, w=1.0) for i, y in enumerate([1.0, 0.0])], []))
+    assert est is not None and est.value == 0.5 and est.stderr == 0.0
 
 
 def test_the_turns_of_one_conversation_are_one_unit_of_the_variance() -> None:
@@ -59,10 +69,11 @@ def test_the_turns_of_one_conversation_are_one_unit_of_the_variance() -> None:
     sample = [obs("a", 0.0), obs("a", 0.0), obs("b", 1.0), obs("b", 1.0)]
     est = uniform(terms_of(sample, []))
     assert est is not None and est.value == pytest.approx(0.5)
-    # Y = (0, 2), M = (2, 2): 2/1 * ((0 - 1)^2 + (2 - 1)^2) / 4^2 = 1/4
-    assert est.stderr == pytest.approx(0.5)
+    # Y = (0, 2), M = (2, 2) (in units of the weight): 2/1 * ((0 - 1)^2 + (2 - 1)^2) / 4^2
+    assert est.stderr == pytest.approx(0.5 * FPC)
     independent = uniform(terms_of([obs(str(i), o.judge) for i, o in enumerate(sample)], []))
-    assert independent is not None and independent.stderr == pytest.approx(math.sqrt(1 / 3 / 4))
+    assert independent is not None
+    assert independent.stderr == pytest.approx(math.sqrt(1 / 3 / 4) * FPC)
 
 
 def test_weights_undo_a_rate_that_changed_while_sampling() -> None:
@@ -79,22 +90,46 @@ def test_prediction_powered_estimate_in_closed_form() -> None:
     prediction by 0.1, -0.2 and 0.4: estimate 0.6 + 0.1, error sd(differences) / sqrt(3)."""
     traffic = [0.2, 0.4, 0.8, 1.0, 0.6]
     sample = [obs("a", 0.9, 0.8), obs("b", 0.0, 0.2), obs("c", 1.0, 0.6)]
-    est = prediction_powered(terms_of(sample, traffic))
+    drawn = terms_of(sample, traffic)
+    est = prediction_powered(drawn, drawn)  # no priorities: every judged trace is drawn
     assert est is not None
     assert est.value == pytest.approx(0.7)
     diffs = [0.1, -0.2, 0.4]
     s2 = sum((d - 0.1) ** 2 for d in diffs) / 2
-    assert est.stderr == pytest.approx(math.sqrt(s2 / 3))
-    assert correction(terms_of(sample, traffic)) == pytest.approx(0.1)
+    assert est.stderr == pytest.approx(math.sqrt(s2 / 3) * FPC)
+    assert correction(drawn) == pytest.approx(0.1)
+
+
+def test_priorities_count_by_their_inverse_chance_of_being_judged() -> None:
+    """The draw (rate 1/10) took conversations a and b; priorities outside it were judged with
+    chance 1/2 (c) and 1/4 (d). The correction weighs each judged trace by its inverse chance:
+    (10 * 0.1 + 10 * -0.2 + 2 * 0.5 + 4 * -0.1) / 26; the variance is the with-replacement
+    one over the four conversations, less the draw's rate times the draw's own (the part
+    sampling without replacement does not have)."""
+    traffic = [0.5] * 30
+    drawn = [obs("a", 0.9, 0.8), obs("b", 0.0, 0.2)]
+    priorities = [obs("c", 0.5, 0.0, w=2.0), obs("d", 0.3, 0.4, w=4.0)]
+    shift = (10 * 0.1 + 10 * -0.2 + 2 * 0.5 + 4 * -0.1) / 26
+    est = prediction_powered(terms_of(drawn, traffic), terms_of(drawn + priorities, []))
+    assert est is not None
+    assert est.value == pytest.approx(0.5 + shift)
+    judged = [(10, 0.1), (10, -0.2), (2, 0.5), (4, -0.1)]  # (weight, y - f) per conversation
+    spread = sum((w * d - shift * w) ** 2 for w, d in judged)
+    of_draw = sum((w * d - shift * w) ** 2 for w, d in judged[:2])
+    variance = 4 / 3 * max(spread - RATE * of_draw, spread / 2)
+    assert est.stderr == pytest.approx(math.sqrt(variance) / 26)
+    # without the draw there is no estimate: traffic no priority reaches would have no say
+    assert prediction_powered(terms_of([], traffic), terms_of(priorities, [])) is None
 
 
 def test_a_perfect_prediction_leaves_no_sampling_error_and_a_constant_one_is_uniform_only() -> None:
     sample = [obs("a", 0.9, 0.9), obs("b", 0.1, 0.1), obs("b", 0.5, 0.5)]
-    perfect = prediction_powered(terms_of(sample, [0.9, 0.1, 0.5, 0.3]))
+    exact = terms_of(sample, [0.9, 0.1, 0.5, 0.3])
+    perfect = prediction_powered(exact, exact)
     assert perfect is not None and perfect.value == pytest.approx(0.45)
     assert perfect.stderr == pytest.approx(0.0, abs=1e-12)
     constant = [obs(o.cluster, o.judge, 0.4) for o in sample]
-    powered = prediction_powered(terms_of(constant, [0.4] * 10))
+    powered = prediction_powered(terms_of(constant, [0.4] * 10), terms_of(constant, []))
     plain = uniform(terms_of(constant, []))
     assert powered is not None and plain is not None
     assert powered.value == pytest.approx(plain.value)
@@ -103,7 +138,8 @@ def test_a_perfect_prediction_leaves_no_sampling_error_and_a_constant_one_is_uni
 
 def test_no_estimate_from_fewer_than_two_conversations() -> None:
     assert uniform(terms_of([obs("a", 1.0), obs("a", 0.0)], [0.5])) is None
-    assert prediction_powered(terms_of([obs("a", 1.0)], [0.5])) is None
+    one = terms_of([obs("a", 1.0)], [0.5])
+    assert prediction_powered(one, one) is None
     assert uniform(Terms()) is None
 
 
@@ -115,21 +151,23 @@ def test_terms_subtract_like_counter_increases() -> None:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_the_running_sums_equal_the_sums_of_the_whole_sample(seed: int) -> None:
-    """The daemon's incremental per-conversation totals give exactly the terms of the sample
-    taken whole, whatever order the turns of interleaved conversations arrive in."""
+    """The daemon's incremental per-conversation totals give exactly the terms of the samples
+    taken whole (the draw; every judged trace, priorities by their inverse chance), whatever
+    order the turns of interleaved conversations arrive in."""
     rng = random.Random(seed)
     registry = CollectorRegistry()
-    counter = catalog.create(catalog.ESTIMATE_TERMS, registry)
     config = EstimatesConfig(thresholds={"faithfulness": 0.8})
     calibrations = Calibrations(config.thresholds, window=100, min_labels=5, epoch_seconds=10.0)
     recorder = EstimateRecorder(
         evaluator="llm",
         config=config,
-        terms=counter,
+        terms=catalog.create(catalog.ESTIMATE_TERMS, registry),
+        weighted_terms=catalog.create(catalog.ESTIMATE_WEIGHTED_TERMS, registry),
         agent_label=AgentLabels(10),
         calibrations=calibrations,
     )
     observations: dict[str, list[Observation]] = {"mean": [], "below": []}
+    weighted: dict[str, list[Observation]] = {"mean": [], "below": []}
     predictions: dict[str, list[float]] = {"mean": [], "below": []}
     for i in range(300):
         conversation = f"c{rng.randrange(40)}" if i % 10 else None
@@ -148,43 +186,48 @@ def test_the_running_sums_equal_the_sums_of_the_whole_sample(seed: int) -> None:
             p = predicted["faithfulness"]
             predictions[q].append(p.mean if q == "mean" else p.below)
         probability = rng.choice([0.5, 0.25])
-        if rng.random() >= probability:
+        drawn = rng.random() < probability
+        chance = rng.choice([None, 0.2, 1.0]) if i % 3 == 0 else None  # a priority, or not
+        if not drawn and (chance is None or rng.random() >= chance):
             continue
         judge = min(1.0, max(0.0, support + rng.uniform(-0.3, 0.3)))
         selection = Selection(
-            uniform=True, inclusion_probability=probability, predictions=predicted
+            uniform=drawn,
+            inclusion_probability=probability,
+            priority="low_support" if chance is not None else None,
+            priority_probability=chance,
+            predictions=predicted,
         )
         recorder.count_judged(
             trace, tier0, selection, result("llm", faithfulness=judge), now=i + 0.5
         )
         cluster = conversation or trace.trace_id
         p = predicted["faithfulness"]
-        observations["mean"].append(Observation(cluster, 1 / probability, judge, p.mean))
-        observations["below"].append(
-            Observation(cluster, 1 / probability, float(judge < 0.8), p.below)
-        )
+        weight = 1 / (probability + (1 - probability) * (chance or 0.0))
+        for quantity, y, f in (("mean", judge, p.mean), ("below", float(judge < 0.8), p.below)):
+            weighted[quantity].append(Observation(cluster, weight, y, f))
+            if drawn:
+                observations[quantity].append(Observation(cluster, 1 / probability, y, f))
     assert calibrations.get("faithfulness", "en").labels > 5
     assert set(predictions["mean"][100:]) - {UNFITTED.mean}, "later predictions were calibrated"
     for quantity in ("mean", "below"):
-        exported = Terms.of(
-            {
-                term: registry.get_sample_value(
-                    "ragmon_estimate_terms_total",
-                    {
-                        "agent": "default",
-                        "metric": "faithfulness",
-                        "evaluator": "llm",
-                        "quantity": quantity,
-                        "term": term,
-                    },
-                )
-                or 0.0
-                for term in TERMS
-            }
-        )
-        expected = terms_of(observations[quantity], predictions[quantity])
-        for term in TERMS:
-            assert getattr(exported, term) == pytest.approx(getattr(expected, term)), term
+        for counter, expected in (
+            (
+                "ragmon_estimate_terms_total",
+                terms_of(observations[quantity], predictions[quantity]),
+            ),
+            ("ragmon_estimate_weighted_terms_total", terms_of(weighted[quantity], [])),
+        ):
+            labels = {**_labels(), "quantity": quantity}
+            exported = Terms.of(
+                {
+                    term: registry.get_sample_value(counter, {**labels, "term": term}) or 0.0
+                    for term in TERMS
+                }
+            )
+            for term in TERMS:
+                assert getattr(exported, term) == pytest.approx(getattr(expected, term)), term
+    assert len(weighted["mean"]) > len(observations["mean"]), "priorities were judged too"
 
 
 def result(evaluator: str, **scores: float) -> EvaluationResult:
@@ -197,12 +240,15 @@ def result(evaluator: str, **scores: float) -> EvaluationResult:
 
 
 def test_judged_traces_outside_the_uniform_draw_or_unmeasured_are_not_in_the_sample() -> None:
+    """A priority is in the weighted sample only (by its chance; never when that chance is
+    unknown), never the draw's; an unmeasured judge score is in neither."""
     registry = CollectorRegistry()
     config = EstimatesConfig(thresholds={"faithfulness": 0.8})
     recorder = EstimateRecorder(
         evaluator="llm",
         config=config,
         terms=catalog.create(catalog.ESTIMATE_TERMS, registry),
+        weighted_terms=catalog.create(catalog.ESTIMATE_WEIGHTED_TERMS, registry),
         agent_label=AgentLabels(10),
         calibrations=Calibrations(config.thresholds, 100, 5, epoch_seconds=300.0),
     )
@@ -214,6 +260,13 @@ def test_judged_traces_outside_the_uniform_draw_or_unmeasured_are_not_in_the_sam
         uniform=False, inclusion_probability=0.05, priority="low_support", predictions=predicted
     )
     recorder.count_judged(trace, tier0, priority, result("llm", faithfulness=0.0))
+    weighted = "ragmon_estimate_weighted_terms_total"
+    assert registry.get_sample_value(weighted, {**_labels(), "term": "m"}) is None
+    known = priority.model_copy(update={"priority_probability": 0.5})
+    recorder.count_judged(trace, tier0, known, result("llm", faithfulness=0.0))
+    assert registry.get_sample_value(weighted, {**_labels(), "term": "m"}) == pytest.approx(
+        1 / (0.05 + 0.95 * 0.5)
+    )
     drawn = Selection(uniform=True, inclusion_probability=0.05, predictions=predicted)
     unmeasured = EvaluationResult(
         trace_id="t1",
@@ -363,7 +416,8 @@ def test_prediction_powered_estimate_is_unbiased_whatever_the_prediction() -> No
         truth = sum(y for _, y, _ in population) / len(population)
         drawn = {c for c in {c for c, _, _ in population} if rng.random() < 0.15}
         sample = [obs(c, y, f, 1 / 0.15) for c, y, f in population if c in drawn]
-        est = prediction_powered(terms_of(sample, [f for _, _, f in population]))
+        sums = terms_of(sample, [f for _, _, f in population])
+        est = prediction_powered(sums, sums)
         assert est is not None
         errors.append(est.value - truth)
         low, high = est.interval()
@@ -372,3 +426,54 @@ def test_prediction_powered_estimate_is_unbiased_whatever_the_prediction() -> No
     spread = math.sqrt(sum(e * e for e in errors) / reps)
     assert abs(bias) < 3 * spread / math.sqrt(reps)
     assert 0.91 <= covered / reps <= 0.99
+
+
+@pytest.mark.slow
+def test_with_priorities_weighted_by_their_chance_the_estimate_stays_unbiased_and_covers() -> None:
+    """The real sampler: a tenth of conversations drawn, priorities (low predictions, where the
+    invented answers are) judged beyond it up to a tenth of the traffic by chance. Over
+    repeated populations, the prediction-powered estimate over every judged trace, weighted by
+    its inverse chance, averages to the truth, its 95% interval covers it about 95% of the
+    time, and it is narrower than the draw's alone."""
+    rng = random.Random(11)
+    config = SamplingConfig(rate=0.1, priority_max_share=0.1, priority_faithfulness_below=0.4)
+    covered, errors, widths, uniform_widths = 0, [], [], []
+    reps = 300
+    for rep in range(reps):
+        sampler = Sampler(config)
+        traffic: list[float] = []
+        drawn: list[Observation] = []
+        weighted: list[Observation] = []
+        truth_sum = 0.0
+        for c in range(300):
+            conversation = f"r{rep}-c{c}"
+            draw = unit_hash(conversation)
+            risky = rng.random() < 0.25
+            for _turn in range(rng.randint(1, 4)):
+                f = min(1.0, max(0.0, (0.55 if risky else 0.08) + rng.gauss(0, 0.1)))
+                y = float(rng.random() < f)  # y = 1: below the threshold
+                truth_sum += y
+                traffic.append(f)
+                priority = "low_support" if f > 0.4 else None  # (1 - f) is the support
+                choice = sampler.choose("a", draw, priority, rng.random())
+                s = choice.selection
+                if s.uniform:
+                    drawn.append(Observation(conversation, 1 / s.inclusion_probability, y, f))
+                if s.judged:
+                    chance = s.judged_probability
+                    assert chance is not None
+                    weighted.append(Observation(conversation, 1 / chance, y, f))
+        truth = truth_sum / len(traffic)
+        est = prediction_powered(terms_of(drawn, traffic), terms_of(weighted, []))
+        plain = uniform(terms_of(drawn, []))
+        assert est is not None and plain is not None
+        errors.append(est.value - truth)
+        low, high = est.interval()
+        covered += low <= truth <= high
+        widths.append(high - low)
+        uniform_widths.append(plain.interval()[1] - plain.interval()[0])
+    bias = sum(errors) / reps
+    spread = math.sqrt(sum(e * e for e in errors) / reps)
+    assert abs(bias) < 3 * spread / math.sqrt(reps)
+    assert 0.92 <= covered / reps <= 0.98, covered / reps
+    assert sum(widths) < 0.85 * sum(uniform_widths), sum(widths) / sum(uniform_widths)

@@ -87,7 +87,9 @@ def traffic(seed: int = 3) -> tuple[list[dict[str, Any]], dict[str, float]]:
 
 async def run_daemon(
     broker: KafkaBroker, prefix: str, tmp_path: Path, sampling: dict[str, Any]
-) -> tuple[Terms, dict[str, float], list[EvaluationResult], list[bytes]]:
+) -> tuple[tuple[Terms, Terms], dict[str, float], list[EvaluationResult], list[bytes]]:
+    """The run's sums (the traffic and the uniform draw; every judged trace, weighted), its
+    counts, the judge's stored results and what the results topic received."""
     traces, _ = traffic()
     topics = [f"{prefix}.in", f"{prefix}.dlq", f"{prefix}.results"]
     await create_topics(broker.bootstrap, topics, partitions=2)
@@ -144,11 +146,11 @@ async def run_daemon(
             lambda: done(len(traces)), 240, "every trace scored and every judgement back", 0.5
         )
         of_faithfulness = {**judge_labels(), "quantity": "mean"}
-        terms = Terms.of(
-            {
-                term: value("ragmon_estimate_terms_total", {**of_faithfulness, "term": term}) or 0.0
-                for term in TERMS
-            }
+        terms, weighted = (
+            Terms.of(
+                {term: value(counter, {**of_faithfulness, "term": term}) or 0.0 for term in TERMS}
+            )
+            for counter in ("ragmon_estimate_terms_total", "ragmon_estimate_weighted_terms_total")
         )
         raw = {
             selection: [
@@ -189,7 +191,7 @@ async def run_daemon(
         ]
     finally:
         await store.close()
-    return terms, counts, stored, published
+    return (terms, weighted), counts, stored, published
 
 
 def judge_labels() -> dict[str, str]:
@@ -210,10 +212,12 @@ async def test_the_estimate_holds_the_truth_with_priority_rules_on_and_off(
     on = await run_daemon(kafka_broker, f"{topic_prefix}.on", tmp_path, {})
     off = await run_daemon(kafka_broker, f"{topic_prefix}.off", tmp_path, PRIORITIES_OFF)
     uniform_draws = []
-    for terms, counts, stored, published in (on, off):
+    for (terms, weighted), counts, stored, published in (on, off):
         assert terms.traces == len(traces), "every trace's tier-0 prediction is counted"
         assert terms.judged >= 60 and terms.clusters >= 20
-        powered, plain = prediction_powered(terms), uniform(terms)
+        # every judged trace is in the weighted sample, the priorities by their known chance
+        assert weighted.judged == counts["judged"]
+        powered, plain = prediction_powered(terms, weighted), uniform(terms)
         assert covers(powered, truth), (powered, truth)
         assert covers(plain, truth), (plain, truth)
         # the second half was predicted by tier 0 calibrated on the first half's draw, which
@@ -232,8 +236,8 @@ async def test_the_estimate_holds_the_truth_with_priority_rules_on_and_off(
         assert all(r["selection"]["predictions"]["faithfulness"] for r in judged_on_topic)
         assert all(r["selection"] is None for r in on_topic if r["evaluator"] == "heuristic")
         uniform_draws.append(drawn)
-    on_terms, on_counts, on_stored, _ = on
-    off_terms, off_counts, _, _ = off
+    (on_terms, on_weighted), on_counts, on_stored, _ = on
+    (off_terms, off_weighted), off_counts, _, _ = off
     # The uniform draw did not depend on the priority rules: the same traces, the same
     # uniform-only estimate.
     assert uniform_draws[0] == uniform_draws[1]
@@ -246,8 +250,16 @@ async def test_the_estimate_holds_the_truth_with_priority_rules_on_and_off(
     priorities = [r for r in on_stored if r.selection and not r.selection.uniform]
     assert priorities and all(r.selection and r.selection.priority for r in priorities)
     assert on_counts["capped"] > 0 and on_counts["priority_scores"] == len(priorities)
-    estimate = prediction_powered(on_terms)
+    assert all(
+        r.selection.priority_probability is not None and r.selection.priority_probability > 0
+        for r in priorities
+        if r.selection
+    )
+    estimate = prediction_powered(on_terms, on_weighted)
     assert estimate is not None
     low, _ = estimate.interval()
     assert on_counts["raw_mean"] < low < truth
     assert off_counts["priority_scores"] == 0 and off_counts["capped"] == 0
+    # without priorities, every judged trace is one of the draw, weighted alike
+    assert off_weighted.judged == off_terms.judged
+    assert (off_weighted.m, off_weighted.y) == pytest.approx((off_terms.m, off_terms.y))

@@ -105,6 +105,7 @@ async def test_a_held_turn_is_predicted_by_the_calibration_of_when_it_was_read()
             evaluator="llm",
             config=config,
             terms=scoring_metrics.estimate_terms,
+            weighted_terms=scoring_metrics.estimate_weighted_terms,
             agent_label=AgentLabels(10),
             calibrations=calibrations,
         ),

@@ -992,28 +992,50 @@ async def test_tier_zero_support_ranks_by_default_and_faithfulness_stays_availab
 
 
 async def test_each_judged_answer_says_why_the_judge_saw_it(store: Store) -> None:
-    """The uniform draw (with the inclusion probability it had) or the priority rule: on the
-    page, in the text listing and in the JSON, from what the store holds."""
+    """The uniform draw (with the inclusion probability it had) or the priority rule (with the
+    chance the cap gave it), and what it counts for in the estimates: on the page, in the text
+    listing and in the JSON, from what the store holds."""
     drawn = Selection(
         uniform=True,
         inclusion_probability=0.05,
         priority="low_support",
+        priority_probability=0.5,
         predictions={"faithfulness": Prediction(mean=0.6, below=0.4)},
     )
-    chosen = Selection(uniform=False, inclusion_probability=0.05, priority="negative_feedback")
-    answers = {"t-drawn": "Opens at 6 am on Sundays.", "t-rule": "Refunds take ninety days."}
-    for trace_id, selection, value in (("t-drawn", drawn, 0.2), ("t-rule", chosen, 0.3)):
+    chosen = Selection(
+        uniform=False,
+        inclusion_probability=0.05,
+        priority="negative_feedback",
+        priority_probability=0.2,
+    )
+    unknown = Selection(uniform=False, inclusion_probability=0.05, priority="no_contexts")
+    answers = {
+        "t-drawn": "Opens at 6 am on Sundays.",
+        "t-rule": "Refunds take ninety days.",
+        "t-old": "Shipping is free.",
+    }
+    for trace_id, selection, value in (
+        ("t-drawn", drawn, 0.2),
+        ("t-rule", chosen, 0.3),
+        ("t-old", unknown, 0.1),
+    ):
         judged = _result(trace_id, {"faithfulness": Score.of(value)}, evaluator="llm")
         judged = judged.model_copy(update={"selection": selection})
         await _save(store, judged, "When?", answers[trace_id])
     items = await worst_answers(store, _since(), metric="faithfulness", agent="support-bot")
     by_id = {item.trace_id: item for item in items if item.evaluator == "llm"}
     assert by_id["t-drawn"].judged_because == (
-        "uniform draw (inclusion probability 0.05): counts in the population estimates; "
-        "priority rule low_support"
+        "uniform draw (inclusion probability 0.05); priority rule low_support: "
+        "counts as 1.9 traces in the population estimates"  # 1 / (0.05 + 0.95 * 0.5)
     )
-    assert by_id["t-rule"].judged_because == (
-        "priority rule negative_feedback: not in the population estimates"
+    rule = (
+        "priority rule negative_feedback (judged with chance 0.2 beyond the draw): "
+        "counts as 4.17 traces in the population estimates"  # 1 / (0.05 + 0.95 * 0.2)
+    )
+    assert by_id["t-rule"].judged_because == rule
+    assert by_id["t-old"].judged_because == (
+        "priority rule no_contexts: not in the population estimates (its chance of being "
+        "judged is not recorded)"
     )
     query = ReviewQuery(_since(), metric="faithfulness", agent="support-bot", worst=20)
     document = json.loads(render_json(items, query))
@@ -1022,10 +1044,7 @@ async def test_each_judged_answer_says_why_the_judge_saw_it(store: Store) -> Non
     assert stored["t-drawn"]["inclusion_probability"] == 0.05
     assert stored["t-drawn"]["predictions"]["faithfulness"] == {"mean": 0.6, "below": 0.4}
     assert stored["t-rule"]["priority"] == "negative_feedback"
-    text = render_text(items)
-    assert "Judged: priority rule negative_feedback: not in the population estimates" in text
+    text = " ".join(render_text(items).split())  # the listing wraps long lines
+    assert f"Judged: {rule}" in text
     page = render_page(items, {"metric": "faithfulness"}, ["support-bot"], since=_since())
-    assert (
-        '<dt>Judged because</dt><dd class="selection">priority rule negative_feedback: '
-        "not in the population estimates</dd>"
-    ) in page
+    assert f'<dt>Judged because</dt><dd class="selection">{rule}</dd>' in page

@@ -341,11 +341,13 @@ def test_the_estimate_rules_compute_what_the_estimator_computes() -> None:
     spec = yaml.safe_load((RULES / "tests" / "estimates.yaml").read_text())
     checked = 0
     for test in spec["tests"]:
-        per_minute: dict[str, dict[str, float]] = {}
+        # (agent, metric name) -> term -> its increase per minute
+        per_minute: dict[tuple[str, str], dict[str, float]] = {}
         for entry in test["input_series"]:
+            name = entry["series"].split("{")[0]
             labels = dict(re.findall(r'(\w+)="([^"]*)"', entry["series"]))
             step = float(entry["values"].split("+")[1].split("x")[0])
-            terms = per_minute.setdefault(labels["agent"], {})
+            terms = per_minute.setdefault((labels["agent"], name), {})
             terms[labels["term"]] = terms.get(labels["term"], 0.0) + step
         for case in test.get("promql_expr_test", []):
             match = re.fullmatch(
@@ -357,18 +359,23 @@ def test_the_estimate_rules_compute_what_the_estimator_computes() -> None:
             (sample,) = case["exp_samples"]
             agent = dict(re.findall(r'(\w+)="([^"]*)"', sample["labels"]))["agent"]
             minutes = {"1h": 60, "6h": 360}[window]
-            terms = estimator.Terms.of({k: v * minutes for k, v in per_minute[agent].items()})
+            drawn, judged = (
+                estimator.Terms.of(
+                    {k: v * minutes for k, v in per_minute.get((agent, name), {}).items()}
+                )
+                for name in ("ragmon_estimate_terms_total", "ragmon_estimate_weighted_terms_total")
+            )
             expected: float | None
             if method == "judged":
-                expected = terms.judged
+                expected = drawn.judged
             elif what == "correction":
-                expected = estimator.correction(terms)
+                expected = estimator.correction(judged)
             elif method == "uniform" and what == "mean":  # needs no error: one unit will do
-                expected = terms.y / terms.m
+                expected = drawn.y / drawn.m
             else:
                 estimate = (
-                    estimator.uniform(terms) if method == "uniform" else
-                    estimator.prediction_powered(terms)
+                    estimator.uniform(drawn) if method == "uniform" else
+                    estimator.prediction_powered(drawn, judged)
                 )  # fmt: skip
                 assert estimate is not None
                 low, high = estimate.interval()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.sampler import Sampler
 from monitor.models import Context, EvaluationResult, Feedback, Score, Trace
@@ -143,19 +147,43 @@ def test_the_inclusion_probability_is_the_rate_in_force_when_deciding() -> None:
 
 
 def test_priorities_judge_at_most_their_share_beyond_the_rate_and_the_rest_is_counted() -> None:
+    """The cap is a chance: a priority is judged with probability min(1, credit), recorded, and
+    that probability is spent whether or not it was judged, so the share holds on average."""
     sampler = Sampler(SamplingConfig(rate=0.0, priority_max_share=0.1, priority_burst=5))
-    decisions = [sampler.decide(trace(f"c{i}"), tier0(support=0.1)) for i in range(1000)]
+    choices = [sampler.select(trace(f"c{i}"), tier0(support=0.1)) for i in range(1000)]
+    decisions = [c.decision for c in choices]
     judged = decisions.count("priority")
     assert decisions.count("priority_capped") == 1000 - judged
-    assert 100 <= judged <= 105  # a tenth of the traffic, plus the burst at the start
-    assert decisions[:5] == ["priority"] * 5
+    chances = [c.selection.priority_probability for c in choices]
+    assert chances[:5] == [1.0] * 5 and decisions[:5] == ["priority"] * 5  # the burst
+    assert all(chance == pytest.approx(0.1) for chance in chances[10:])  # the share, refilled
+    assert sum(c for c in chances if c is not None) == pytest.approx(105, abs=0.5)
+    assert 75 <= judged <= 135  # 105 expected, sd about 9.5
+    # the chance is the weight's inverse: the judged probability, by the draw or the priority
+    assert all(c.selection.judged_probability == pytest.approx(0.1) for c in choices[10:])
     # the bucket refills with traffic that is no priority
     for i in range(20):
         assert sampler.decide(trace(f"calm{i}"), tier0()) == "skipped"
-    assert sampler.decide(trace("again"), tier0(support=0.1)) == "priority"
+    assert sampler.select(trace("again"), tier0(support=0.1)).selection.priority_probability == 1
     # each agent has its own share
     other = trace("x").model_copy(update={"agent": "other-agent"})
     assert sampler.decide(other, tier0(support=0.1)) == "priority"
+
+
+def test_the_priority_chance_is_drawn_apart_from_the_uniform_draw() -> None:
+    """Whether the cap lets a priority through is a hash of its trace id, not of its
+    conversation: the same every time it is decided, and not tied to the draw."""
+    config = SamplingConfig(rate=0.5, priority_max_share=0.2, priority_burst=1)
+    runs = []
+    for _ in range(2):
+        sampler = Sampler(config)
+        runs.append([sampler.select(trace(f"c{i}"), tier0(support=0.1)) for i in range(400)])
+    assert [c.decision for c in runs[0]] == [c.decision for c in runs[1]]
+    not_drawn = [c for c in runs[0] if not c.selection.uniform]
+    judged = sum(c.decision == "priority" for c in not_drawn)
+    expected = sum(c.selection.priority_probability or 0.0 for c in not_drawn)
+    assert 0.2 < expected / len(not_drawn) < 0.9, "the chance was neither 0 nor 1 throughout"
+    assert abs(judged - expected) < 3 * math.sqrt(expected)
 
 
 def test_every_priority_rule_is_named() -> None:

@@ -1,18 +1,26 @@
 """The population estimates from their running sums: uniform-only and prediction-powered.
 
 Pure arithmetic, the same the recording rules do in PromQL (helm/rag-monitor/templates/
-_rules.tpl; docs/metrics.md, "Population estimates", has the formulas). A judged trace t of the
-uniform draw has weight w = 1 / (its inclusion probability), judge score y and tier-0
-prediction f; per conversation c (the unit of the draw) M_c = sum w, Y_c = sum w y, F_c =
-sum w f. Everything an estimate needs is a sum, over conversations, of these or of their
-products, so it can be kept as monotone counters and added up across replicas and windows:
+_rules.tpl; docs/metrics.md, "Population estimates", has the formulas and why they hold). Two
+samples of judged traces: the uniform draw (weight w = 1 / the draw's rate) and every judged
+trace (w = 1 / its chance of being judged, by the draw or as a priority). For a trace t of a
+sample: judge score y, tier-0 prediction f; per conversation c (the unit of the draw) M_c =
+sum w, Y_c = sum w y, F_c = sum w f. Everything an estimate needs is a sum, over conversations,
+of these or of their products, so it can be kept as monotone counters and added up across
+replicas and windows:
 
-- uniform-only: R = sum Y_c / sum M_c (the traffic mean, weighted by inverse inclusion
-  probability), with the cluster-robust (linearised ratio) variance
-  k/(k-1) sum (Y_c - R M_c)^2 / (sum M_c)^2 over the k conversations sampled;
-- prediction-powered: the mean of f over every trace plus D = sum (Y_c - F_c) / sum M_c, the
-  judge's correction of tier 0 on the sample, with the same variance of D: the first term is the
-  traffic's own mean prediction, known exactly.
+- uniform-only, from the draw: R = sum Y_c / sum M_c (the traffic mean, weighted by inverse
+  inclusion probability), with the cluster-robust (linearised ratio) variance
+  k/(k-1) (1 - r) sum (Y_c - R M_c)^2 / (sum M_c)^2 over the k conversations drawn, where
+  r = judged / sum M_c is the draw's rate ((1 - r) removes what sampling with replacement
+  would add: the draw takes each conversation at most once);
+- prediction-powered: the mean of f over every trace plus D = sum (Y_c - F_c) / sum M_c over
+  every judged trace, the judge's correction of tier 0; its variance is that of D: the same
+  cluster-robust sum over the judged sample, less r times the draw's own sum of the squared
+  residuals (the part the with-replacement formula adds, estimated without bias from the draw,
+  which sees every trace of the conversations it takes), but never by more than half (that
+  estimate is noisy when few conversations are in the window). The first term is the traffic's
+  own mean prediction, known exactly.
 """
 
 from __future__ import annotations
@@ -81,6 +89,12 @@ def _cluster_factor(terms: Terms) -> float | None:
     return terms.clusters / (terms.clusters - 1.0) if terms.clusters > 1.0 else None
 
 
+def draw_rate(terms: Terms) -> float:
+    """The draw's rate, from its sums: judged traces over their weights (its mean rate, in the
+    harmonic sense, when load changed it)."""
+    return terms.judged / terms.m if terms.m > 0.0 else 0.0
+
+
 def uniform(terms: Terms) -> Estimate | None:
     """The uniform sample's weighted mean; None with fewer than two sampled conversations."""
     factor = _cluster_factor(terms)
@@ -88,25 +102,35 @@ def uniform(terms: Terms) -> Estimate | None:
         return None
     ratio = terms.y / terms.m
     spread = terms.yy - 2.0 * ratio * terms.ym + ratio * ratio * terms.mm
-    return Estimate(ratio, math.sqrt(max(0.0, factor * spread)) / terms.m)
+    variance = factor * (1.0 - draw_rate(terms)) * spread
+    return Estimate(ratio, math.sqrt(max(0.0, variance)) / terms.m)
 
 
 def correction(terms: Terms) -> float | None:
-    """D: how much the judge's scores exceed tier 0's predictions on the uniform sample."""
+    """D: how much the judge's scores exceed tier 0's predictions on a sample."""
     return (terms.y - terms.f) / terms.m if terms.m > 0.0 else None
 
 
-def prediction_powered(terms: Terms) -> Estimate | None:
-    """Mean prediction over every trace plus the sample's correction; None as `uniform`."""
-    factor = _cluster_factor(terms)
-    shift = correction(terms)
-    if factor is None or shift is None or terms.traces <= 0.0:
-        return None
+def _residual_spread(terms: Terms, shift: float) -> float:
+    """sum over conversations of (Y_c - F_c - shift M_c)^2."""
     residual = terms.yy - 2.0 * terms.yf + terms.ff  # sum (Y_c - F_c)^2
     cross = terms.ym - terms.fm  # sum (Y_c - F_c) M_c
-    spread = residual - 2.0 * shift * cross + shift * shift * terms.mm
-    value = terms.predicted / terms.traces + shift
-    return Estimate(value, math.sqrt(max(0.0, factor * spread)) / terms.m)
+    return residual - 2.0 * shift * cross + shift * shift * terms.mm
+
+
+def prediction_powered(drawn: Terms, judged: Terms) -> Estimate | None:
+    """Mean prediction over every trace (`drawn`'s traffic terms) plus the correction on every
+    judged trace (`judged`, weighted by inverse chance of being judged); None with fewer than
+    two conversations in either sample (without the draw, traffic no priority reaches would
+    have no say)."""
+    factor = _cluster_factor(judged)
+    shift = correction(judged)
+    if factor is None or shift is None or drawn.traces <= 0.0 or drawn.clusters < 2.0:
+        return None
+    spread = _residual_spread(judged, shift)
+    spread = max(spread - draw_rate(drawn) * _residual_spread(drawn, shift), spread / 2.0)
+    value = drawn.predicted / drawn.traces + shift
+    return Estimate(value, math.sqrt(max(0.0, factor * spread)) / judged.m)
 
 
 @dataclass(frozen=True, slots=True)

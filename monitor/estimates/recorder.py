@@ -3,12 +3,14 @@
 For every trace of the traffic (with a judge configured), per judge metric whose tier-0
 predictor was measured: the calibrated prediction, by the fit of the epoch the trace was read in
 and of the other folds' labels (monitor.estimates.calibration), recorded on the trace's results,
-is counted (`traces`, `predicted`). For every judged trace of the uniform draw, per metric the
-judge measured: the conversation's running totals M_c, Y_c, F_c (monitor.estimates.estimator)
-grow by the trace's w, w y and w f, and the counters of their sums and of the sums of their
-products grow by what that adds (all values are non-negative, so the sums of squares only grow:
-they are counters). The judged trace then joins its calibration, for the predictions of traces
-read in later epochs.
+is counted (`traces`, `predicted`). For every judged trace, per metric the judge measured, two
+samples grow: the uniform draw's (if the draw chose the trace; w = 1 / the draw's rate,
+`ragmon_estimate_terms_total`) and every judged trace's (w = 1 / its chance of being judged by
+the draw or as a priority, `ragmon_estimate_weighted_terms_total`). In each, the conversation's
+running totals M_c, Y_c, F_c (monitor.estimates.estimator) grow by the trace's w, w y and w f,
+and the counters of their sums and of the sums of their products grow by what that adds (all
+values are non-negative, so the sums of squares only grow: they are counters). A trace of the
+draw then joins its calibration, for the predictions of traces read in later epochs.
 
 A conversation is consumed by one replica (the input is keyed by conversation), so its totals
 live here, bounded like the conversation tracker's state: idle ones are dropped after
@@ -37,6 +39,8 @@ PREDICTORS: Mapping[str, str] = {
     "context_relevancy": "context_utilization",
 }
 QUANTITIES = ("mean", "below")
+UNIFORM, JUDGED = "uniform", "judged"  # the two samples
+_Totals = dict[tuple[str, str, str], list[float]]  # (sample, metric, quantity) -> [M, Y, F]
 
 
 class EstimateRecorder:
@@ -46,6 +50,7 @@ class EstimateRecorder:
         evaluator: str,
         config: EstimatesConfig,
         terms: TermCounter,
+        weighted_terms: TermCounter,
         agent_label: AgentLabels,
         calibrations: Calibrations,
         max_conversations: int = 100_000,
@@ -53,15 +58,14 @@ class EstimateRecorder:
     ) -> None:
         self._evaluator = evaluator
         self._thresholds = dict(config.thresholds)
-        self._terms = terms
+        self._counters = {UNIFORM: terms, JUDGED: weighted_terms}
         self._agent_label = agent_label
         self.calibrations = calibrations
         self._max = max_conversations
         self._idle = idle_seconds
-        # (conversation, agent label) -> (last seen, {(metric, quantity): [M, Y, F]})
-        self._totals: OrderedDict[tuple[str, str], tuple[float, dict[tuple[str, str], list[float]]]]
-        self._totals = OrderedDict()
-        self._children: dict[tuple[str, str, str, str], CounterChild] = {}  # bounded: agent labels
+        # (conversation, agent label) -> (last seen, its totals)
+        self._totals: OrderedDict[tuple[str, str], tuple[float, _Totals]] = OrderedDict()
+        self._children: dict[tuple[str, str, str, str, str], CounterChild] = {}  # bounded: labels
 
     def predict(
         self, trace: Trace, tier0: EvaluationResult, read_at: float
@@ -83,8 +87,8 @@ class EstimateRecorder:
         label = self._agent_label(agent)
         for metric, prediction in predictions.items():
             for quantity in QUANTITIES:
-                self._inc(label, metric, quantity, "traces", 1.0)
-                self._inc(label, metric, quantity, "predicted", _of(prediction, quantity))
+                self._inc(UNIFORM, label, metric, quantity, "traces", 1.0)
+                self._inc(UNIFORM, label, metric, quantity, "predicted", _of(prediction, quantity))
 
     def count_judged(
         self,
@@ -94,12 +98,21 @@ class EstimateRecorder:
         judged: EvaluationResult,
         now: float | None = None,
     ) -> None:
-        """A judged trace: into the sample if the uniform draw chose it, then the calibration."""
-        if not selection.uniform or selection.inclusion_probability <= 0.0:
+        """A judged trace: into the samples it belongs to, then, from the draw, the calibration."""
+        drawn = selection.uniform and selection.inclusion_probability > 0.0
+        chance = selection.judged_probability
+        weights: dict[str, float] = {}
+        if drawn:
+            weights[UNIFORM] = 1.0 / selection.inclusion_probability
+        if chance is not None and chance > 0.0 and selection.inclusion_probability > 0.0:
+            # A priority judged while the draw's rate was 0 has no counterpart in the traffic
+            # the draw would reach: the weighted sample, like the draw, needs every trace's
+            # chance above 0.
+            weights[JUDGED] = 1.0 / chance
+        if not weights:
             return
         now = time.monotonic() if now is None else now
         label = self._agent_label(trace.agent)
-        weight = 1.0 / selection.inclusion_probability
         totals = self._conversation(trace, label, now)
         language = answer_language(trace.answer)
         fold = fold_of(trace.partition_key)
@@ -114,22 +127,19 @@ class EstimateRecorder:
             threshold = self._thresholds[metric]
             for quantity in QUANTITIES:
                 y = score.value if quantity == "mean" else float(score.value < threshold)
-                self._add(label, metric, quantity, totals, weight, y, _of(prediction, quantity))
-            self.calibrations.get(metric, language).add(
-                x, score.value, fold=fold, epoch=epoch, now=now
-            )
+                for sample, weight in weights.items():
+                    key = (sample, metric, quantity)
+                    self._add(key, label, totals, weight, y, _of(prediction, quantity))
+            if drawn:
+                self.calibrations.get(metric, language).add(
+                    x, score.value, fold=fold, epoch=epoch, now=now
+                )
 
     def _add(
-        self,
-        agent: str,
-        metric: str,
-        quantity: str,
-        totals: dict[tuple[str, str], list[float]],
-        w: float,
-        y: float,
-        f: float,
+        self, key: tuple[str, str, str], agent: str, totals: _Totals, w: float, y: float, f: float
     ) -> None:
-        total = totals.setdefault((metric, quantity), [0.0, 0.0, 0.0])
+        sample, metric, quantity = key
+        total = totals.setdefault(key, [0.0, 0.0, 0.0])
         m0, y0, f0 = total
         dm, dy, df = w, w * y, w * f
         steps: dict[Term, float] = {
@@ -147,12 +157,10 @@ class EstimateRecorder:
             "yf": y0 * df + dy * f0 + dy * df,
         }
         for term, step in steps.items():  # zeros too: a sum that stays 0 is a series at 0
-            self._inc(agent, metric, quantity, term, step)
+            self._inc(sample, agent, metric, quantity, term, step)
         total[0], total[1], total[2] = m0 + dm, y0 + dy, f0 + df
 
-    def _conversation(
-        self, trace: Trace, agent: str, now: float
-    ) -> dict[tuple[str, str], list[float]]:
+    def _conversation(self, trace: Trace, agent: str, now: float) -> _Totals:
         if trace.conversation_id is None:
             return {}  # a trace of its own is its own cluster
         key = (trace.conversation_id, agent)
@@ -166,11 +174,13 @@ class EstimateRecorder:
             del self._totals[oldest_key]
         return totals
 
-    def _inc(self, agent: str, metric: str, quantity: str, term: Term, amount: float) -> None:
-        key = (agent, metric, quantity, term)
+    def _inc(
+        self, sample: str, agent: str, metric: str, quantity: str, term: Term, amount: float
+    ) -> None:
+        key = (sample, agent, metric, quantity, term)
         child = self._children.get(key)
         if child is None:  # labels() costs more than the increment: every trace makes 16
-            child = self._children[key] = self._terms.labels(
+            child = self._children[key] = self._counters[sample].labels(
                 agent, metric, self._evaluator, quantity, term
             )
         child.inc(amount)

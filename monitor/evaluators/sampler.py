@@ -6,9 +6,16 @@ trace, so the traces it selects are a sample of all traffic and population estim
 on them (monitor.estimates). **Priorities** (negative feedback, low tier-0 support, no contexts,
 an answer in another language than its contexts or question) are judged beyond the rate, for
 review and their own counters, up to `sampling.priority_max_share` of the agent's traffic (a
-token bucket of `priority_burst` judgements, refilled by that share per trace); what the cap
+credit of up to `priority_burst` judgements, refilled by that share per trace); what the cap
 skips is counted. A priority trace that the draw selected is a uniform one: the draw never
 depends on the priority.
+
+The cap is a chance, not a queue position: a priority trace outside the draw is judged with
+probability q = min(1, credit) (a second hash, of its trace id, against q) and q is spent
+whether or not it was. So every judged trace has a known chance of having been judged,
+rate + (1 - rate) q, decided before its own scores were seen, and the estimates can weigh
+priority traces by its inverse (monitor.estimates); a first-come token bucket would judge by
+arrival order, which no probability describes.
 
 When the judge queue fills, the effective rate is lowered instead of blocking consumption (the
 rate in force is recorded as the trace's inclusion probability), and whatever cannot be queued
@@ -75,15 +82,31 @@ class Sampler:
         return self.select(trace, tier0).decision
 
     def select(self, trace: Trace, tier0: EvaluationResult) -> Choice:
-        return self.choose(trace.agent, self.draw(trace), self.priority_reason(trace, tier0))
+        return self.choose(
+            trace.agent,
+            self.draw(trace),
+            self.priority_reason(trace, tier0),
+            self.priority_draw(trace),
+        )
 
     @staticmethod
     def draw(trace: Trace) -> float:
         """The trace's uniform draw: its conversation's (or, without one, its own) hash."""
         return unit_hash(trace.conversation_id or trace.trace_id)
 
-    def choose(self, agent: str, draw: float, priority: PriorityReason | None) -> Choice:
-        """Decide one trace of `agent` from its draw and the priority rule it matched."""
+    @staticmethod
+    def priority_draw(trace: Trace) -> float:
+        """The trace's own uniform number for the priority cap, independent of `draw`."""
+        return unit_hash(f"priority:{trace.trace_id}")
+
+    def choose(
+        self,
+        agent: str,
+        draw: float,
+        priority: PriorityReason | None,
+        priority_draw: float,
+    ) -> Choice:
+        """Decide one trace of `agent` from its draws and the priority rule it matched."""
         rate = self.effective_rate(agent)
         uniform = draw < rate
         capped = False
@@ -98,17 +121,19 @@ class Sampler:
             float(cfg.priority_burst),
             self._priority_credit.get(bucket, float(cfg.priority_burst)) + cfg.priority_max_share,
         )
-        if priority is not None and not uniform:
-            if credit >= 1.0:
-                credit -= 1.0
-            else:
-                capped = True
+        chance: float | None = None
+        if priority is not None:
+            chance = min(1.0, credit)
+            if not uniform:
+                capped = priority_draw >= chance
+                credit -= chance
         self._priority_credit[bucket] = credit
         selection = Selection(
             uniform=uniform,
             inclusion_probability=rate,
             priority=priority,
             priority_capped=capped,
+            priority_probability=chance,
         )
         decision: Decision
         if uniform:

@@ -260,19 +260,28 @@ class Review:
 
 
 def selection_text(selection: Selection | None) -> str | None:
-    """Why the judge saw an answer, in words: the uniform draw, a priority rule, or both."""
+    """Why the judge saw an answer, in words: the uniform draw, a priority rule, or both, and
+    how much it counts in the population estimates."""
     if selection is None:
         return None
     parts = []
     if selection.uniform:
-        parts.append(
-            f"uniform draw (inclusion probability {selection.inclusion_probability:.3g}): "
-            "counts in the population estimates"
-        )
+        parts.append(f"uniform draw (inclusion probability {selection.inclusion_probability:.3g})")
     if selection.priority is not None:
         rule = f"priority rule {selection.priority}"
-        parts.append(rule if selection.uniform else f"{rule}: not in the population estimates")
-    return "; ".join(parts) if parts else None
+        if selection.priority_probability is not None and not selection.uniform:
+            rule += f" (judged with chance {selection.priority_probability:.3g} beyond the draw)"
+        parts.append(rule)
+    if not parts:
+        return None
+    chance = selection.judged_probability
+    if chance is not None and chance > 0.0:
+        weight = f"counts as {1.0 / chance:.3g} traces in the population estimates"
+    elif selection.uniform:
+        weight = "counts in the uniform-only estimate"
+    else:
+        weight = "not in the population estimates (its chance of being judged is not recorded)"
+    return "; ".join(parts) + ": " + weight
 
 
 def excerpt(text: str, limit: int) -> tuple[str, bool]:

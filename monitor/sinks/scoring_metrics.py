@@ -94,6 +94,7 @@ class ScoringMetrics:
         self.results_published = catalog.create(catalog.RESULTS_PUBLISHED, r)
         self.store_writes = catalog.create(catalog.STORE_WRITES, r)
         self.estimate_terms = catalog.create(catalog.ESTIMATE_TERMS, r)
+        self.estimate_weighted_terms = catalog.create(catalog.ESTIMATE_WEIGHTED_TERMS, r)
         self.rolling = RollingMeans(rolling_window_seconds)
         r.register(self.rolling)
 

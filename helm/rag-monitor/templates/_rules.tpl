@@ -25,20 +25,26 @@ Prometheus's own {{ $labels }} / {{ $value }} templates are escaped as {{`{{ ...
         sum by (agent, metric, evaluator) (increase(ragmon_evaluation_score_ratio_count[{{ $window }}]))
 {{- end }}
 {{- /*
-Population estimates of the judge's scores (docs/metrics.md, "Population estimates"): from the
-running sums ragmon_estimate_terms_total, per agent, metric, evaluator and quantity (the mean
-score, or the share below the metric's threshold), the uniform draw's estimate (weighted by
-inverse inclusion probability) and the prediction-powered one (tier 0's calibrated prediction
-over every trace plus the judge's correction on the uniform draw), each with its cluster-robust
-standard error (conversations are the unit of the draw) and 95% bounds. The same arithmetic as
+Population estimates of the judge's scores (docs/metrics.md, "Population estimates"), per agent,
+metric, evaluator and quantity (the mean score, or the share below the metric's threshold), from
+two sets of running sums: ragmon_estimate_terms_total (the traffic, and the uniform draw weighted
+by inverse inclusion probability) and ragmon_estimate_weighted_terms_total (every judged trace,
+weighted by its inverse chance of being judged by the draw or as a priority). The uniform draw's
+estimate, and the prediction-powered one (tier 0's calibrated prediction over every trace plus
+the judge's correction on every judged trace), each with its cluster-robust standard error
+(conversations are the unit of the draw) and 95% bounds. The same arithmetic as
 monitor/estimates/estimator.py; rules/tests/estimates.yaml holds the two to each other.
 */}}
 {{- range $window := list "1h" "6h" }}
 {{- $t := printf "agent:ragmon_estimate_terms:increase%s" $window }}
+{{- $j := printf "agent:ragmon_estimate_weighted_terms:increase%s" $window }}
 {{- $by := "sum by (agent, metric, evaluator, quantity)" }}
     - record: {{ $t }}
       expr: |-
         sum by (agent, metric, evaluator, quantity, term) (increase(ragmon_estimate_terms_total[{{ $window }}]))
+    - record: {{ $j }}
+      expr: |-
+        sum by (agent, metric, evaluator, quantity, term) (increase(ragmon_estimate_weighted_terms_total[{{ $window }}]))
     - record: agent:ragmon_estimate_judged:increase{{ $window }}
       expr: |-
         {{ $by }} ({{ $t }}{term="judged"})
@@ -53,6 +59,7 @@ monitor/estimates/estimator.py; rules/tests/estimates.yaml holds the two to each
           clamp_min(
             {{ $by }} ({{ $t }}{term="clusters"})
             / ({{ $by }} ({{ $t }}{term="clusters"}) - 1 > 0)
+            * (1 - {{ $by }} ({{ $t }}{term="judged"}) / {{ $by }} ({{ $t }}{term="m"}))
             * (
               {{ $by }} ({{ $t }}{term="yy"})
               - 2 * agent:ragmon_estimate_uniform:mean{{ $window }} * {{ $by }} ({{ $t }}{term="ym"})
@@ -66,12 +73,14 @@ monitor/estimates/estimator.py; rules/tests/estimates.yaml holds the two to each
     - record: agent:ragmon_estimate_ppi:correction{{ $window }}
       expr: |-
         (
-          {{ $by }} ({{ $t }}{term="y"})
+          {{ $by }} ({{ $j }}{term="y"})
           -
-          {{ $by }} ({{ $t }}{term="f"})
+          {{ $by }} ({{ $j }}{term="f"})
         )
         /
-        ({{ $by }} ({{ $t }}{term="m"}) > 0)
+        ({{ $by }} ({{ $j }}{term="m"}) > 0)
+        and
+        {{ $by }} ({{ $t }}{term="clusters"}) > 1
     - record: agent:ragmon_estimate_ppi:mean{{ $window }}
       expr: |-
         {{ $by }} ({{ $t }}{term="predicted"})
@@ -79,27 +88,39 @@ monitor/estimates/estimator.py; rules/tests/estimates.yaml holds the two to each
         ({{ $by }} ({{ $t }}{term="traces"}) > 0)
         +
         agent:ragmon_estimate_ppi:correction{{ $window }}
+{{- range $sample := list (list "spread" $j) (list "draw_spread" $t) }}
+    - record: agent:ragmon_estimate_ppi:{{ index $sample 0 }}{{ $window }}
+      expr: |-
+        (
+          {{ $by }} ({{ index $sample 1 }}{term="yy"})
+          - 2 * {{ $by }} ({{ index $sample 1 }}{term="yf"})
+          + {{ $by }} ({{ index $sample 1 }}{term="ff"})
+        )
+        - 2 * agent:ragmon_estimate_ppi:correction{{ $window }}
+          * ({{ $by }} ({{ index $sample 1 }}{term="ym"}) - {{ $by }} ({{ index $sample 1 }}{term="fm"}))
+        + agent:ragmon_estimate_ppi:correction{{ $window }} ^ 2 * {{ $by }} ({{ index $sample 1 }}{term="mm"})
+{{- end }}
     - record: agent:ragmon_estimate_ppi:stderr{{ $window }}
       expr: |-
         sqrt(
           clamp_min(
-            {{ $by }} ({{ $t }}{term="clusters"})
-            / ({{ $by }} ({{ $t }}{term="clusters"}) - 1 > 0)
+            {{ $by }} ({{ $j }}{term="clusters"})
+            / ({{ $by }} ({{ $j }}{term="clusters"}) - 1 > 0)
             * (
               (
-                {{ $by }} ({{ $t }}{term="yy"})
-                - 2 * {{ $by }} ({{ $t }}{term="yf"})
-                + {{ $by }} ({{ $t }}{term="ff"})
+                agent:ragmon_estimate_ppi:spread{{ $window }}
+                - {{ $by }} ({{ $t }}{term="judged"}) / {{ $by }} ({{ $t }}{term="m"})
+                  * agent:ragmon_estimate_ppi:draw_spread{{ $window }}
+                > agent:ragmon_estimate_ppi:spread{{ $window }} / 2
               )
-              - 2 * agent:ragmon_estimate_ppi:correction{{ $window }}
-                * ({{ $by }} ({{ $t }}{term="ym"}) - {{ $by }} ({{ $t }}{term="fm"}))
-              + agent:ragmon_estimate_ppi:correction{{ $window }} ^ 2 * {{ $by }} ({{ $t }}{term="mm"})
+              or
+              agent:ragmon_estimate_ppi:spread{{ $window }} / 2
             ),
             0
           )
         )
         /
-        {{ $by }} ({{ $t }}{term="m"})
+        {{ $by }} ({{ $j }}{term="m"})
 {{- range $method := list "uniform" "ppi" }}
     - record: agent:ragmon_estimate_{{ $method }}:lower{{ $window }}
       expr: |-
@@ -266,7 +287,7 @@ and quantity as the alert, looked up when the alert fires (Prometheus's `query` 
         {{- include "rag-monitor.rules.labels" (dict "severity" $c.severity "extra" $extra) | nindent 8 }}
       annotations:
         summary: '{{ index $q 2 }} of agent {{`{{ $labels.agent }}`}} below {{ $c.threshold }} ({{`{{ $labels.evaluator }}`}} evaluator)'
-        description: 'The estimated mean {{ $c.metric }} of all traffic of agent {{`{{ $labels.agent }}`}}, as the {{`{{ $labels.evaluator }}`}} judge would score it (tier 0 on every trace corrected by the judge on the uniform draw), is {{`{{ $value | printf "%.3f" }}`}} over the last hour, 95% interval {{ include "rag-monitor.rules.bound" (dict "bound" "lower" "window" "1h") }} to {{ include "rag-monitor.rules.bound" (dict "bound" "upper" "window" "1h") }}: the whole interval is below {{ $c.threshold }} over the last hour and over 6 hours (upper bound {{ include "rag-monitor.rules.bound" (dict "bound" "upper" "window" "6h") }}), from at least {{ $a.quality.minSamples }} judged traces of the uniform draw in the hour.'
+        description: 'The estimated mean {{ $c.metric }} of all traffic of agent {{`{{ $labels.agent }}`}}, as the {{`{{ $labels.evaluator }}`}} judge would score it (tier 0 on every trace corrected by the judge on the traces it judged, each weighted by its inverse chance of being judged), is {{`{{ $value | printf "%.3f" }}`}} over the last hour, 95% interval {{ include "rag-monitor.rules.bound" (dict "bound" "lower" "window" "1h") }} to {{ include "rag-monitor.rules.bound" (dict "bound" "upper" "window" "1h") }}: the whole interval is below {{ $c.threshold }} over the last hour and over 6 hours (upper bound {{ include "rag-monitor.rules.bound" (dict "bound" "upper" "window" "6h") }}), from at least {{ $a.quality.minSamples }} judged traces of the uniform draw in the hour.'
         runbook_url: {{ printf "%s/%s.md" $base (index $q 1) }}
         {{- with $review }}
         review_url: '{{ . }}/review?agent={{`{{ $labels.agent }}`}}&metric={{ $c.metric }}&since=6h'
