@@ -98,30 +98,55 @@ def _negated_words(statement: str) -> dict[str, bool]:
     return out
 
 
+Probe = tuple[tuple[str, ...], str]
+"""Key words of a field as a statement may write them, and the same words joined, stemmed."""
+
+
+def _probes(key: tuple[str, ...]) -> tuple[Probe, ...]:
+    """The whole key, then its last two words ('RestaurantsTakeOut' -> 'take out'), each written
+    apart or joined ('takeout')."""
+    return tuple(
+        (part, stem("".join(part))) for part in ((key, key[-2:]) if len(key) > 2 else (key,))
+    )
+
+
+class YesNoFields:
+    """A trace's yes/no fields (:func:`distinctive`), ready to check every claim against: what
+    each field is looked for as is worked out once, not once per claim."""
+
+    def __init__(self, fields: Fields) -> None:
+        self._fields = [(" ".join(key), values, _probes(key)) for key, values in fields.items()]
+
+    def __bool__(self) -> bool:
+        return bool(self._fields)
+
+    def conflicts(self, statement: str) -> tuple[str, ...]:
+        """Fields the statement contradicts: affirms a false/null field or denies a true one."""
+        mentions = _negated_words(statement)
+        out: list[str] = []
+        for name, values, probes in self._fields:
+            negated = _mention(probes, mentions)
+            if negated is None:
+                continue
+            if (negated and True in values) or (not negated and values <= {False, None}):
+                out.append(name)
+        return tuple(out)
+
+
 def polarity_conflicts(statement: str, fields: Fields) -> tuple[str, ...]:
     """Yes/no fields the statement contradicts: affirms a false/null field or denies a true one."""
-    mentions = _negated_words(statement)
-    out: list[str] = []
-    for key, values in fields.items():
-        negated = _mention(key, mentions)
-        if negated is None:
-            continue
-        if (negated and True in values) or (not negated and values <= {False, None}):
-            out.append(" ".join(key))
-    return tuple(out)
+    return YesNoFields(fields).conflicts(statement)
 
 
-def _mention(key: tuple[str, ...], mentions: dict[str, bool]) -> bool | None:
-    """Whether the statement mentions the field `key` negated (True), affirmed (False) or not at
-    all (None). The whole key, or its last two words ('RestaurantsTakeOut' -> 'take out'), written
-    apart or joined ('takeout')."""
-    for part in (key, key[-2:]) if len(key) > 2 else (key,):
-        if all(t in mentions for t in part):
+def _mention(probes: tuple[Probe, ...], mentions: dict[str, bool]) -> bool | None:
+    """Whether the statement mentions the field probed for by `probes` negated (True), affirmed
+    (False) or not at all (None)."""
+    for part, joined in probes:
+        if all(map(mentions.__contains__, part)):
             return all(mentions[t] for t in part)
-        joined = stem("".join(part))
         if joined in mentions:
             return mentions[joined]
     return None
 
 
-__all__ = ["Fields", "distinctive", "polarity_conflicts", "yes_no_fields"]
+__all__ = ["Fields", "YesNoFields", "distinctive", "polarity_conflicts", "yes_no_fields"]

@@ -339,20 +339,32 @@ def _cjk_grams(run: str) -> list[str]:
 
 @lru_cache(maxsize=65536)
 def _word_token(word: str) -> str:
-    """The matching unit of a Latin word, or "" for a stopword or a single letter."""
+    """The matching unit of a Latin word or a number, or "" for a stopword or a single letter."""
+    if word[0].isdigit():  # no Latin letter is a digit
+        return normalize_number(word)
     low = word.lower()
     if low in STOPWORDS or (len(low) == 1 and low not in "0123456789"):
         return ""
     return _NUMBER_WORDS.get(low) or stem(low)
 
 
+# _RE_TOKEN's words and numbers alone: what it finds in text without kanji or katakana
+_RE_WORD_OR_NUMBER = re.compile(rf"[{_LATIN}]+(?:['\u2019][{_LATIN}]+)*|\d+(?:\.\d+)?")
+_RE_KANJI_OR_KATAKANA = re.compile(f"[{_KANJI}{_KATA}]")
+
+
 def tokenize(text: str) -> tuple[str, ...]:
     """:func:`content_tokens`, uncached: for text read once (a context's sentences, whose
     reading is cached whole)."""
+    norm = _without_thousands_separators(normalize(text))
+    if _RE_KANJI_OR_KATAKANA.search(norm) is None:  # words and numbers, each looked up once
+        return tuple(
+            [token for token in map(_word_token, _RE_WORD_OR_NUMBER.findall(norm)) if token]
+        )
     out: list[str] = []
     # one group per kind of run; hiragana runs, mostly particles, auxiliaries and okurigana,
     # are not content and match none
-    for word, num, kanji, kata in _RE_TOKEN.findall(_without_thousands_separators(normalize(text))):
+    for word, num, kanji, kata in _RE_TOKEN.findall(norm):
         if word:
             token = _word_token(word)
             if token:
