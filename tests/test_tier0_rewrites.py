@@ -211,3 +211,29 @@ def test_the_best_guess_is_the_first_of_the_five_on_every_dev_text() -> None:
     for value in texts_read:
         five = language.guesses.__wrapped__(value)
         assert language.best_guess.__wrapped__(value) == five[:1], value
+
+
+def _tokenize_run_by_run(value: str) -> tuple[str, ...]:
+    out: list[str] = []
+    norm = text._without_thousands_separators(text.normalize(value))
+    for word, num, kanji, kata in text._RE_TOKEN.findall(norm):
+        if word:
+            token = text._word_token(word)
+            if token:
+                out.append(token)
+        elif num:
+            out.append(text.normalize_number(num))
+        elif kanji:
+            out.extend(text._cjk_grams(kanji))
+        elif len(kata := kata.strip("\u30fb")) >= 2:
+            out.extend(text._cjk_grams(kata))
+    return tuple(out)
+
+
+WORDY = [*PIECES, "The", "Statistics", "×2", "007", "4.0", "1,000,000", "don't", "O\u2019Neill"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(WORDY), max_size=24).map(" ".join))
+def test_text_without_kanji_or_katakana_is_tokenised_as_run_by_run(value: str) -> None:
+    assert text.tokenize(value) == _tokenize_run_by_run(value)
