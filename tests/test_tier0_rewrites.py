@@ -110,14 +110,40 @@ def test_a_line_ending_with_its_only_sentence_end_is_split_as_before(
     assert text._split_line(value) == _split_line_by_lookbehinds(value)
 
 
-@settings(max_examples=400, deadline=None)
-@given(texts)
+DECLINING = [
+    *PIECES, "I am sorry", "I'm not sure", "i cannot answer", "I couldn't find", "not able to",
+    "unable to determine", "I apologise", "The passage does not mention", "doesn't say",
+    "is not mentioned in the document", "no relevant information", "There is no mention",
+    "cannot be determined from", "I dont know", "let me know", "hope this helps", "Here is a",
+    "summary", "Feel free to", "glad to help", "OK", "hi", "certainly", "\u0130 am sorry",
+]  # fmt: skip
+declining = st.lists(st.sampled_from(DECLINING), max_size=16).map(" ".join)
+_FILLER_AS_ONE = re.compile(
+    r"^(?:sure|certainly|of course|absolutely|okay|ok|great question|good question|hello|hi)"
+    r"[!.,]*$"
+    r"|\b(?:let me know|i hope (?:this|that) helps|hope (?:this|that) helps|feel free to"
+    r"|happy to help|glad to help)\b"
+    r"|^here(?:'s| is| are) (?:a |an |the |some )?(?:brief |short )?(?:summary|overview|answer"
+    r"|list|breakdown|steps)\b[^.!?]*[.!]?$",
+    re.IGNORECASE,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(texts, declining))
 def test_caseless_patterns_answer_as_re_ignorecase(value: str) -> None:
-    for caseless in (heuristic._REFUSAL_EN, heuristic._FILLER_EN):
+    for caseless in (
+        heuristic._REFUSAL_EN,
+        heuristic._FILLER_EN_WHOLE,
+        heuristic._FILLER_EN_PHRASE,
+    ):
         plain = caseless._ignorecase
         assert caseless.search(value) == (plain.search(value) is not None), value
         normalized = text.normalize(value)
         assert caseless.search(normalized) == (plain.search(normalized) is not None)
+    for form in (value, value.strip(), text.normalize(value)):
+        split = heuristic._FILLER_EN_WHOLE.search(form) or heuristic._FILLER_EN_PHRASE.search(form)
+        assert split == (_FILLER_AS_ONE.search(form) is not None), form
 
 
 def test_the_characters_whose_case_rules_differ_are_searched_with_re_ignorecase() -> None:
