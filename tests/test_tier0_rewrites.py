@@ -16,7 +16,7 @@ import re
 import unicodedata
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from monitor.evaluators import grounding, heuristic, language, text
@@ -263,3 +263,28 @@ WORDY = [*PIECES, "The", "Statistics", "×2", "007", "4.0", "1,000,000", "don't"
 @given(st.lists(st.sampled_from(WORDY), max_size=24).map(" ".join))
 def test_text_without_kanji_or_katakana_is_tokenised_as_run_by_run(value: str) -> None:
     assert text.tokenize(value) == _tokenize_run_by_run(value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([*PIECES, "FLSA", "BLS", "AT&T", "NASAs", "USA", "_US"]), max_size=24
+    ).map("".join)
+)
+def test_acronyms_are_found_where_the_word_boundary_pattern_found_them(value: str) -> None:
+    plain = re.compile(r"\b[A-Z][A-Z&]{1,7}s?\b")
+    found = [m.span() for m in text._RE_ACRONYM.finditer(value)]
+    assert found == [m.span() for m in plain.finditer(value)]
+
+
+ASCII_PIECES = [piece for piece in WORDY if piece.isascii()]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(ASCII_PIECES), max_size=30).map("".join))
+def test_sentences_of_ascii_text_normalising_leaves_as_it_is_are_read_as_they_are(
+    value: str,
+) -> None:
+    assume(text.normalize(value) == value)  # no camelCase, no '_': where the shortcut is taken
+    for sentence in text.split_sentences(value):
+        assert text.normalized_tokens(sentence) == text.tokenize(sentence)

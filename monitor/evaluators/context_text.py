@@ -25,6 +25,7 @@ from monitor.evaluators.text import (
     normalize,
     normalized_acronyms,
     normalized_number_keys,
+    normalized_tokens,
     split_sentences,
     tokenize,
     written_acronyms,
@@ -68,7 +69,11 @@ def read_context(text: str, window: int, pair_span: int) -> ContextText:
 
 
 def _read(text: str, window: int, pair_span: int) -> ContextText:
-    seqs = [tokenize(s) for s in split_sentences(text)]
+    norm = normalize(text)
+    # ASCII text that normalising leaves as it is: so are its sentences (no camelCase, no '_'
+    # in any of them), which are tokenised as they are
+    tokens_of = normalized_tokens if text.isascii() and norm == text else tokenize
+    seqs = [tokens_of(s) for s in split_sentences(text)]
     pairs: set[tuple[str, str]] = set()
     if pair_span:
         for seq in seqs:
@@ -79,7 +84,6 @@ def _read(text: str, window: int, pair_span: int) -> ContextText:
     windows = tuple(
         frozenset().union(*sents[i : i + window]) for i in range(max(1, len(sents) - window + 1))
     )
-    norm = normalize(text)
     derived = {a for a, _ in normalized_acronyms(norm)}
     df: Counter[str] = Counter()
     for tokens in sents:

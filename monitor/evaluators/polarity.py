@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from monitor.evaluators.text import NEGATIONS_EN, STOPWORDS, normalize, stem, wordset
 
@@ -110,21 +111,25 @@ def _probes(key: tuple[str, ...]) -> tuple[Probe, ...]:
     )
 
 
+@dataclass(frozen=True, slots=True)
 class YesNoFields:
     """A trace's yes/no fields (:func:`distinctive`), ready to check every claim against: what
-    each field is looked for as is worked out once, not once per claim."""
+    each field is looked for as is worked out once (:meth:`of`), not once per claim."""
 
-    def __init__(self, fields: Fields) -> None:
-        self._fields = [(" ".join(key), values, _probes(key)) for key, values in fields.items()]
+    fields: tuple[tuple[str, frozenset[bool | None], tuple[Probe, ...]], ...] = ()
+
+    @classmethod
+    def of(cls, fields: Fields) -> YesNoFields:
+        return cls(tuple((" ".join(key), values, _probes(key)) for key, values in fields.items()))
 
     def __bool__(self) -> bool:
-        return bool(self._fields)
+        return bool(self.fields)
 
     def conflicts(self, statement: str) -> tuple[str, ...]:
         """Fields the statement contradicts: affirms a false/null field or denies a true one."""
         mentions = _negated_words(statement)
         out: list[str] = []
-        for name, values, probes in self._fields:
+        for name, values, probes in self.fields:
             negated = _mention(probes, mentions)
             if negated is None:
                 continue
@@ -135,7 +140,7 @@ class YesNoFields:
 
 def polarity_conflicts(statement: str, fields: Fields) -> tuple[str, ...]:
     """Yes/no fields the statement contradicts: affirms a false/null field or denies a true one."""
-    return YesNoFields(fields).conflicts(statement)
+    return YesNoFields.of(fields).conflicts(statement)
 
 
 def _mention(probes: tuple[Probe, ...], mentions: dict[str, bool]) -> bool | None:

@@ -61,7 +61,7 @@ class ContextIndex:
     max_idf: float
     numbers: frozenset[str]
     text: str  # normalised, lowercased, all contexts joined (substring checks for CJK names)
-    fields: YesNoFields = field(default_factory=lambda: YesNoFields({}))
+    fields: YesNoFields = field(default_factory=YesNoFields)
     pairs: frozenset[tuple[str, str]] = field(default_factory=frozenset)
     acronyms: frozenset[str] = field(default_factory=frozenset)
     question_tokens: frozenset[str] = field(default_factory=frozenset)
@@ -115,7 +115,7 @@ class ContextIndex:
             max_idf=math.log((n + 1) / 0.5),
             numbers=numbers,
             text="\n".join(read.lowered for read in reads),
-            fields=YesNoFields(distinctive({k: frozenset(v) for k, v in fields.items()})),
+            fields=YesNoFields.of(distinctive({k: frozenset(v) for k, v in fields.items()})),
             pairs=pairs,
             acronyms=acrs,
             question_tokens=frozenset(content_tokens(question)),

@@ -364,8 +364,14 @@ _RE_KANJI_OR_KATAKANA = re.compile(f"[{_KANJI}{_KATA}]")
 def tokenize(text: str) -> tuple[str, ...]:
     """:func:`content_tokens`, uncached: for text read once (a context's sentences, whose
     reading is cached whole)."""
-    norm = _without_thousands_separators(normalize(text))
-    if _RE_KANJI_OR_KATAKANA.search(norm) is None:  # words and numbers, each looked up once
+    return normalized_tokens(normalize(text))
+
+
+def normalized_tokens(norm: str) -> tuple[str, ...]:
+    """:func:`tokenize` of text already through :func:`normalize`."""
+    norm = _without_thousands_separators(norm)
+    if norm.isascii() or _RE_KANJI_OR_KATAKANA.search(norm) is None:
+        # words and numbers, each looked up once
         return tuple(
             [token for token in map(_word_token, _RE_WORD_OR_NUMBER.findall(norm)) if token]
         )
@@ -511,6 +517,8 @@ def extract_entities(text: str) -> list[Entity]:
             ):
                 continue  # probably just the first word of the sentence, not a name
             add("name", name, word)
+        if sentence.isascii():  # no katakana
+            continue
         for m in _RE_KATA_WORD.finditer(sentence):
             word = m.group(0).strip("\u30fc\u30fb")
             if len(word) >= 3:
@@ -548,7 +556,9 @@ _NAME_WORD = rf"[A-Z][{_LATIN}'\u2019]*"
 _RE_NAME_RUN = re.compile(
     rf"{_NAME_WORD}(?:[ \t]+(?:(?:of|and|for|the|on|in|&)[ \t]+)?{_NAME_WORD})+"
 )
-_RE_ACRONYM = re.compile(r"\b[A-Z][A-Z&]{1,7}s?\b")
+# r"\b[A-Z][A-Z&]{1,7}s?\b", opening with the capital: the regex engine skips from capital to
+# capital instead of trying the word boundary at every position (four times faster on a context)
+_RE_ACRONYM = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z&]{1,7}s?\b")
 
 
 def acronyms(text: str) -> list[tuple[str, tuple[str, ...]]]:
