@@ -22,8 +22,8 @@ import cachetools
 
 from monitor.evaluators.polarity import yes_no_fields
 from monitor.evaluators.text import (
+    acronym_runs,
     normalize,
-    normalized_acronyms,
     normalized_number_keys,
     normalized_tokens,
     split_sentences,
@@ -84,7 +84,7 @@ def _read(text: str, window: int, pair_span: int) -> ContextText:
     windows = tuple(
         frozenset().union(*sents[i : i + window]) for i in range(max(1, len(sents) - window + 1))
     )
-    derived = {a for a, _ in normalized_acronyms(norm)}
+    derived = {a for a, _ in acronym_runs(norm)}
     df: Counter[str] = Counter()
     for tokens in sents:
         df.update(tokens)

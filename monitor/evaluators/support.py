@@ -26,7 +26,7 @@ from monitor.evaluators.context_text import idf, read_context
 from monitor.evaluators.polarity import YesNoFields, distinctive
 from monitor.evaluators.text import (
     Entity,
-    acronyms,
+    acronym_runs,
     content_tokens,
     extract_entities,
     normalize,
@@ -232,9 +232,9 @@ def score_statement(
     weights = {t: index.weight(t) for t in dict.fromkeys(toks)}
     # partial credit: words of an acronym the contexts write ('FLSA'), words of the question
     partial: dict[str, float] = {}
-    for acr, members in acronyms(statement):
+    for acr, run in acronym_runs(normalize(statement)):
         if acr in index.acronyms:
-            partial.update(dict.fromkeys(members, 1.0))
+            partial.update(dict.fromkeys(content_tokens(run), 1.0))
     for t in weights:
         if t not in partial and t in index.question_tokens:
             partial[t] = p.question_credit

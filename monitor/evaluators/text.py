@@ -564,17 +564,17 @@ _RE_ACRONYM = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z&]{1,7}s?\b")
 def acronyms(text: str) -> list[tuple[str, tuple[str, ...]]]:
     """(acronym, member tokens) for runs of capitalised words: 'Bureau of Labor Statistics' ->
     ('bls', ('bureau', 'labor', 'statist')). Lets 'BLS' and its expansion support each other."""
-    return normalized_acronyms(normalize(text))
+    return [(acr, tuple(content_tokens(run))) for acr, run in acronym_runs(normalize(text))]
 
 
-def normalized_acronyms(norm: str) -> list[tuple[str, tuple[str, ...]]]:
-    """:func:`acronyms` of text already through :func:`normalize`."""
-    out: list[tuple[str, tuple[str, ...]]] = []
+def acronym_runs(norm: str) -> list[tuple[str, str]]:
+    """(acronym, the run as written) of text already through :func:`normalize`: what
+    :func:`acronyms` finds, its runs tokenised only where an acronym is wanted (most are not)."""
+    out: list[tuple[str, str]] = []
     for m in _RE_NAME_RUN.finditer(norm):
         words = [w for w in m.group(0).split() if w[0].isupper()]
         if len(words) >= 2:
-            acr = "".join(w[0] for w in words).lower()
-            out.append((acr, tuple(content_tokens(m.group(0)))))
+            out.append(("".join(w[0] for w in words).lower(), m.group(0)))
     return out
 
 
