@@ -572,9 +572,10 @@ def acronym_runs(norm: str) -> list[tuple[str, str]]:
     :func:`acronyms` finds, its runs tokenised only where an acronym is wanted (most are not)."""
     out: list[tuple[str, str]] = []
     for m in _RE_NAME_RUN.finditer(norm):
-        words = [w for w in m.group(0).split() if w[0].isupper()]
-        if len(words) >= 2:
-            out.append(("".join(w[0] for w in words).lower(), m.group(0)))
+        run = m.group(0)
+        initials = [w[0] for w in run.split() if w[0].isupper()]
+        if len(initials) >= 2:
+            out.append(("".join(initials).lower(), run))
     return out
 
 
