@@ -422,8 +422,11 @@ class Entity:
     surface: str  # as written
 
 
-_RE_NUMBER = re.compile(r"(\d+(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I)
-_RE_GLUED_TO_NUMBER = re.compile(r"[A-Za-z0-9.]", re.I)  # "A380", "v2.1": no number starts here
+# A number no letter, digit or '.' is glued to ("A380", "v2.1": no number starts there): the
+# look-behind follows the first digit, so the regex engine skips from digit to digit.
+_RE_NUMBER = re.compile(
+    r"(\d(?<![A-Za-z0-9.]\d)\d*(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I
+)
 _RE_ORDINAL_SUFFIX = re.compile(r"(\d)(?:st|nd|rd|th|s)\b")
 _RE_CAP_WORD = re.compile(rf"[A-Z][{_LATIN}'\u2019\-]*")
 _NOT_NAMES = frozenset(["am", "pm", "a.m", "p.m", "ok"])
@@ -446,13 +449,7 @@ def _number_keys(num: str, ampm: str | None) -> list[str]:
 
 def _numbers_written(text: str) -> Iterator[re.Match[str]]:
     """The numbers of `text` that no letter, digit or '.' is glued to, left to right."""
-    pos = 0
-    while (m := _RE_NUMBER.search(text, pos)) is not None:
-        if m.start() and _RE_GLUED_TO_NUMBER.match(text, m.start() - 1):
-            pos = m.start() + 1  # as a look-behind would: the next position may start one
-            continue
-        yield m
-        pos = m.end()
+    return _RE_NUMBER.finditer(text)
 
 
 def _text_numbers(text: str) -> list[tuple[str, str]]:
@@ -478,7 +475,7 @@ def normalized_number_keys(norm: str) -> set[str]:
     keys = {k for k, _ in _text_numbers(norm)}
     # every distinct word, lowercased in one call (no word holds a space, and lowercasing makes
     # none), looked up among the number words in one intersection
-    words = set(" ".join(_RE_LATIN_WORD.findall(norm)).lower().split(" "))
+    words = set(" ".join(set(_RE_LATIN_WORD.findall(norm))).lower().split(" "))
     keys.update(_NUMBER_WORDS[w] for w in words & _NUMBER_WORDS.keys())
     # "17:00" in a context also states the hour "17"
     keys |= {k.split(":", 1)[0] for k in keys if ":" in k}
