@@ -19,7 +19,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from monitor.evaluators import grounding, heuristic, language, text
+from monitor.evaluators import context_text, grounding, heuristic, language, text
 from tests.support.dev_data import dev_data_path
 
 PIECES = [
@@ -288,3 +288,24 @@ def test_sentences_of_ascii_text_normalising_leaves_as_it_is_are_read_as_they_ar
     assume(text.normalize(value) == value)  # no camelCase, no '_': where the shortcut is taken
     for sentence in text.split_sentences(value):
         assert text.normalized_tokens(sentence) == text.tokenize(sentence)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WORDY), max_size=30).map(" ".join))
+def test_neighbouring_word_pairs_are_the_pairs_one_apart(value: str) -> None:
+    expected: set[tuple[str, str]] = set()
+    for sentence in text.split_sentences(value):
+        seq = text.tokenize(sentence)
+        for i, a in enumerate(seq):
+            for b in seq[i + 1 : i + 2]:
+                expected.add((a, b) if a <= b else (b, a))
+    assert context_text._read(value, 2, 1).pairs == expected
+
+
+REFERRING = [*PIECES, "Passages 1 and 3", "(Document 2:4)", "[1, 2]", "SOURCE #4", "context 7"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(REFERRING), max_size=16).map(" ".join))
+def test_references_to_passages_are_stripped_as_by_the_pattern_alone(value: str) -> None:
+    assert heuristic._strip_meta(value) == heuristic._RE_META_REF.sub(" ", value)

@@ -17,6 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 
 import cachetools
 
@@ -75,7 +76,10 @@ def _read(text: str, window: int, pair_span: int) -> ContextText:
     tokens_of = normalized_tokens if text.isascii() and norm == text else tokenize
     seqs = [tokens_of(s) for s in split_sentences(text)]
     pairs: set[tuple[str, str]] = set()
-    if pair_span:
+    if pair_span == 1:  # the default: neighbours
+        for seq in seqs:
+            pairs.update([(a, b) if a <= b else (b, a) for a, b in pairwise(seq)])
+    elif pair_span:
         for seq in seqs:
             for i, a in enumerate(seq):
                 for b in seq[i + 1 : i + 1 + pair_span]:

@@ -141,8 +141,17 @@ def is_filler_statement(statement: str) -> bool:
     )
 
 
+_META_WORDS = ("passage", "paragraph", "document", "source", "context", "reference")
+
+
 def _strip_meta(statement: str) -> str:
     if not has_digit(statement):  # every reference has a number
+        return statement
+    if (  # and a '[' or one of the words, whose case ASCII text folds as re.IGNORECASE does
+        statement.isascii()
+        and "[" not in statement
+        and not any(map(statement.lower().__contains__, _META_WORDS))
+    ):
         return statement
     return _RE_META_REF.sub(" ", statement)
 
