@@ -218,7 +218,8 @@ def _split_line(line: str) -> list[str]:
     if end is None or _RE_FINAL_END.fullmatch(line, end.start()):  # one piece
         return [line.strip()] if _RE_HAS_WORD.search(line) else []
     cuts: set[int] = set()
-    for m in _RE_CJK_END.finditer(line):
+    # an ASCII line has no ideographic stop, and its '!' and '?' follow no Japanese
+    for m in () if line.isascii() else _RE_CJK_END.finditer(line):
         begin = m.start()
         if line[begin] in "!?" and not (begin and _RE_JAPANESE_CHAR.match(line, begin - 1)):
             continue  # ASCII !? end a sentence only after Japanese text
