@@ -12,8 +12,8 @@ two settings:
   questions), as popular documents recur in production.
 - ``cold``: every cache of ``monitor.evaluators`` keyed by a text (a context's reading, a
   sentence's tokens, a language) is emptied before each trace: what a trace costs when none of
-  its texts was seen before. The caches keyed by a word (:data:`WORD_CACHES`) stay warm, as
-  they are in a daemon that has run a while, and so does the fastText model.
+  its texts was seen before. The caches keyed by a word or a number (:data:`WORD_CACHES`) stay
+  warm, as they are in a daemon that has run a while, and so does the fastText model.
 
 Each ``--tree DIR`` (a source tree, e.g. ``git archive`` of an older commit unpacked) is timed
 too, in its own processes; the trees take turns round by round so they share the machine's load,

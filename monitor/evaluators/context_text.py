@@ -17,14 +17,16 @@ import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 
 import cachetools
 
 from monitor.evaluators.polarity import yes_no_fields
 from monitor.evaluators.text import (
+    acronym_runs,
     normalize,
-    normalized_acronyms,
     normalized_number_keys,
+    normalized_tokens,
     split_sentences,
     tokenize,
     written_acronyms,
@@ -68,9 +70,16 @@ def read_context(text: str, window: int, pair_span: int) -> ContextText:
 
 
 def _read(text: str, window: int, pair_span: int) -> ContextText:
-    seqs = [tokenize(s) for s in split_sentences(text)]
+    norm = normalize(text)
+    # ASCII text that normalising leaves as it is: so are its sentences (no camelCase, no '_'
+    # in any of them), which are tokenised as they are
+    tokens_of = normalized_tokens if text.isascii() and norm == text else tokenize
+    seqs = [tokens_of(s) for s in split_sentences(text)]
     pairs: set[tuple[str, str]] = set()
-    if pair_span:
+    if pair_span == 1:  # the default: neighbours
+        for seq in seqs:
+            pairs.update([(a, b) if a <= b else (b, a) for a, b in pairwise(seq)])
+    elif pair_span:
         for seq in seqs:
             for i, a in enumerate(seq):
                 for b in seq[i + 1 : i + 1 + pair_span]:
@@ -79,8 +88,7 @@ def _read(text: str, window: int, pair_span: int) -> ContextText:
     windows = tuple(
         frozenset().union(*sents[i : i + window]) for i in range(max(1, len(sents) - window + 1))
     )
-    norm = normalize(text)
-    derived = {a for a, _ in normalized_acronyms(norm)}
+    derived = {a for a, _ in acronym_runs(norm)}
     df: Counter[str] = Counter()
     for tokens in sents:
         df.update(tokens)

@@ -64,8 +64,11 @@ _RE_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 def plain_tokens(text: str) -> frozenset[str]:
     """Lowercased words, and single characters of text written without spaces (Japanese):
     no stemming, no stopwords -- the naive view of what an answer says."""
+    lowered = unicodedata.normalize("NFKC", text).lower()
+    if _RE_CJK_CHAR.search(lowered) is None:  # no token to break into characters
+        return frozenset(_RE_PLAIN.findall(lowered))
     out: set[str] = set()
-    for tok in set(_RE_PLAIN.findall(unicodedata.normalize("NFKC", text).lower())):
+    for tok in set(_RE_PLAIN.findall(lowered)):
         if not tok.isascii() and _RE_CJK_CHAR.search(tok):
             out.update(tok)
         else:

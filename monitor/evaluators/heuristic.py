@@ -68,7 +68,22 @@ _REFUSAL_EN = CaselessPattern(
     r"|(?:no|not enough|insufficient) (?:relevant |specific |further |additional )?information"
     r"|there is no (?:mention|reference)"
     r"|cannot be (?:determined|answered) (?:from|based on|with|using)"
-    r")\b"
+    r")\b",
+    # one of them is in every alternative above, in order: "i do ...", "i am"/"i'm", "i can"/
+    # "i could", "unable to"/"not able to", "i apologise", "... do(es) not"/"don't ...",
+    # "... is not mentioned", "no ... information", "there is no", "cannot be" (its "not ")
+    needs=(
+        "i do",
+        "i am",
+        "i'm",
+        "i c",
+        "able to",
+        "i apologi",
+        "not ",
+        "n't ",
+        "information",
+        "there is no",
+    ),
 )
 _REFUSAL_JA = re.compile(
     r"分かりません|わかりません|分からない|わからない|存じません|不明です|不明でした"
@@ -95,14 +110,19 @@ _RE_META_REF = re.compile(
     re.IGNORECASE,
 )
 
-# Statements that carry no claim: greetings, offers, list lead-ins ("Here is the summary:").
-_FILLER_EN = CaselessPattern(
+# Statements that carry no claim: greetings, offers, list lead-ins ("Here is the summary:"). The
+# whole-statement forms are anchored (the regex engine tries them at the start alone); the
+# phrases are searched only in statements holding one of their words.
+_FILLER_EN_WHOLE = CaselessPattern(
     r"^(?:sure|certainly|of course|absolutely|okay|ok|great question|good question|hello|hi)"
     r"[!.,]*$"
-    r"|\b(?:let me know|i hope (?:this|that) helps|hope (?:this|that) helps|feel free to"
-    r"|happy to help|glad to help)\b"
     r"|^here(?:'s| is| are) (?:a |an |the |some )?(?:brief |short )?(?:summary|overview|answer"
     r"|list|breakdown|steps)\b[^.!?]*[.!]?$"
+)
+_FILLER_EN_PHRASE = CaselessPattern(
+    r"\b(?:let me know|i hope (?:this|that) helps|hope (?:this|that) helps|feel free to"
+    r"|happy to help|glad to help)\b",
+    needs=("let me know", "hope th", "feel free to", "to help"),
 )
 _FILLER_JA = re.compile(r"お役に立て|参考になれば|以下の通りです|以下のとおりです")
 
@@ -114,11 +134,24 @@ def is_filler_statement(statement: str) -> bool:
     text = normalize(statement).strip().strip("*").strip()
     if text.endswith(":") and len(content_tokens(text)) <= 4:
         return True
-    return _FILLER_EN.search(text) or (has_japanese(text) and bool(_FILLER_JA.search(text)))
+    return (
+        _FILLER_EN_WHOLE.search(text)
+        or _FILLER_EN_PHRASE.search(text)
+        or (has_japanese(text) and bool(_FILLER_JA.search(text)))
+    )
+
+
+_META_WORDS = ("passage", "paragraph", "document", "source", "context", "reference")
 
 
 def _strip_meta(statement: str) -> str:
     if not has_digit(statement):  # every reference has a number
+        return statement
+    if (  # and a '[' or one of the words, whose case ASCII text folds as re.IGNORECASE does
+        statement.isascii()
+        and "[" not in statement
+        and not any(map(statement.lower().__contains__, _META_WORDS))
+    ):
         return statement
     return _RE_META_REF.sub(" ", statement)
 

@@ -3,7 +3,7 @@
 A context written as data ("OutdoorSeating": false, "WiFi": "no") states facts an answer can
 contradict with words the context contains: "The cafe offers outdoor seating." Tier 0 reads the
 fields once per context (:func:`yes_no_fields`, merged per trace by :func:`distinctive`) and
-checks each claim against them (:func:`polarity_conflicts`).
+checks each claim against them (:meth:`YesNoFields.conflicts`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from monitor.evaluators.text import NEGATIONS_EN, STOPWORDS, normalize, stem, wordset
 
@@ -98,30 +99,54 @@ def _negated_words(statement: str) -> dict[str, bool]:
     return out
 
 
-def polarity_conflicts(statement: str, fields: Fields) -> tuple[str, ...]:
-    """Yes/no fields the statement contradicts: affirms a false/null field or denies a true one."""
-    mentions = _negated_words(statement)
-    out: list[str] = []
-    for key, values in fields.items():
-        negated = _mention(key, mentions)
-        if negated is None:
-            continue
-        if (negated and True in values) or (not negated and values <= {False, None}):
-            out.append(" ".join(key))
-    return tuple(out)
+Probe = tuple[tuple[str, ...], str]
+"""Key words of a field as a statement may write them, and the same words joined, stemmed."""
 
 
-def _mention(key: tuple[str, ...], mentions: dict[str, bool]) -> bool | None:
-    """Whether the statement mentions the field `key` negated (True), affirmed (False) or not at
-    all (None). The whole key, or its last two words ('RestaurantsTakeOut' -> 'take out'), written
+def _probes(key: tuple[str, ...]) -> tuple[Probe, ...]:
+    """The whole key, then its last two words ('RestaurantsTakeOut' -> 'take out'), each written
     apart or joined ('takeout')."""
-    for part in (key, key[-2:]) if len(key) > 2 else (key,):
-        if all(t in mentions for t in part):
+    return tuple(
+        (part, stem("".join(part))) for part in ((key, key[-2:]) if len(key) > 2 else (key,))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class YesNoFields:
+    """A trace's yes/no fields (:func:`distinctive`), ready to check every claim against: what
+    each field is looked for as is worked out once (:meth:`of`), not once per claim."""
+
+    fields: tuple[tuple[str, frozenset[bool | None], tuple[Probe, ...]], ...] = ()
+
+    @classmethod
+    def of(cls, fields: Fields) -> YesNoFields:
+        return cls(tuple((" ".join(key), values, _probes(key)) for key, values in fields.items()))
+
+    def __bool__(self) -> bool:
+        return bool(self.fields)
+
+    def conflicts(self, statement: str) -> tuple[str, ...]:
+        """Fields the statement contradicts: affirms a false/null field or denies a true one."""
+        mentions = _negated_words(statement)
+        out: list[str] = []
+        for name, values, probes in self.fields:
+            negated = _mention(probes, mentions)
+            if negated is None:
+                continue
+            if (negated and True in values) or (not negated and values <= {False, None}):
+                out.append(name)
+        return tuple(out)
+
+
+def _mention(probes: tuple[Probe, ...], mentions: dict[str, bool]) -> bool | None:
+    """Whether the statement mentions the field probed for by `probes` negated (True), affirmed
+    (False) or not at all (None)."""
+    for part, joined in probes:
+        if all(map(mentions.__contains__, part)):
             return all(mentions[t] for t in part)
-        joined = stem("".join(part))
         if joined in mentions:
             return mentions[joined]
     return None
 
 
-__all__ = ["Fields", "distinctive", "polarity_conflicts", "yes_no_fields"]
+__all__ = ["Fields", "YesNoFields", "distinctive", "yes_no_fields"]

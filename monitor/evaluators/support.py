@@ -23,10 +23,10 @@ from itertools import pairwise
 import numpy as np
 
 from monitor.evaluators.context_text import idf, read_context
-from monitor.evaluators.polarity import distinctive, polarity_conflicts
+from monitor.evaluators.polarity import YesNoFields, distinctive
 from monitor.evaluators.text import (
     Entity,
-    acronyms,
+    acronym_runs,
     content_tokens,
     extract_entities,
     normalize,
@@ -61,7 +61,7 @@ class ContextIndex:
     max_idf: float
     numbers: frozenset[str]
     text: str  # normalised, lowercased, all contexts joined (substring checks for CJK names)
-    fields: dict[tuple[str, ...], frozenset[bool | None]] = field(default_factory=dict)
+    fields: YesNoFields = field(default_factory=YesNoFields)
     pairs: frozenset[tuple[str, str]] = field(default_factory=frozenset)
     acronyms: frozenset[str] = field(default_factory=frozenset)
     question_tokens: frozenset[str] = field(default_factory=frozenset)
@@ -115,7 +115,7 @@ class ContextIndex:
             max_idf=math.log((n + 1) / 0.5),
             numbers=numbers,
             text="\n".join(read.lowered for read in reads),
-            fields=distinctive({k: frozenset(v) for k, v in fields.items()}),
+            fields=YesNoFields.of(distinctive({k: frozenset(v) for k, v in fields.items()})),
             pairs=pairs,
             acronyms=acrs,
             question_tokens=frozenset(content_tokens(question)),
@@ -232,16 +232,16 @@ def score_statement(
     weights = {t: index.weight(t) for t in dict.fromkeys(toks)}
     # partial credit: words of an acronym the contexts write ('FLSA'), words of the question
     partial: dict[str, float] = {}
-    for acr, members in acronyms(statement):
+    for acr, run in acronym_runs(normalize(statement)):
         if acr in index.acronyms:
-            partial.update(dict.fromkeys(members, 1.0))
+            partial.update(dict.fromkeys(content_tokens(run), 1.0))
     for t in weights:
         if t not in partial and t in index.question_tokens:
             partial[t] = p.question_credit
     entities = tuple(
         e for e in extract_entities(statement) if not index.entity_supported(e, partial)
     )
-    conflicts = polarity_conflicts(statement, index.fields) if index.fields else ()
+    conflicts = index.fields.conflicts(statement) if index.fields else ()
     total = sum(weights.values())
     if total <= 0.0:
         return StatementSupport(1.0, 1.0, 1.0, None, entities, 0, conflicts)

@@ -101,8 +101,11 @@ _ABBREVIATIONS: frozenset[str] = wordset(
 # Normalisation
 
 
-# the letter before a split matched and put back: a look-behind would be tried at every position
-_RE_CAMEL = re.compile(r"([a-z])(?=[A-Z])|([A-Z])(?=[A-Z][a-z])")
+# A camelCase split goes before a capital that follows a lowercase letter ('camelCase') or that
+# follows a capital and precedes a lowercase one ('HTTPServer'). The pattern opens with the
+# capital, so the regex engine skips from capital to capital (a few per sentence) instead of
+# trying the alternatives at every letter; the look-behinds are checked on those few.
+_RE_CAMEL = re.compile(r"[A-Z](?:(?<=[a-z][A-Z])|(?<=[A-Z]{2})(?=[a-z]))")
 # Patterns below open with what they look for, not with a look-behind (which the regex engine
 # would try at every position of a text): the digit before a separator or a suffix is matched
 # and put back (r"\1"), the character before a number checked on the candidates.
@@ -118,8 +121,13 @@ def _without_thousands_separators(text: str) -> str:
 def normalize(text: str) -> str:
     """NFKC (full-width to ASCII, half-width kana to full-width), split camelCase and `_`."""
     text = unicodedata.normalize("NFKC", text)
-    text = _RE_CAMEL.sub(r"\1\2 ", text)
+    text = split_camel_case(text)
     return text.replace("_", " ")
+
+
+def split_camel_case(text: str) -> str:
+    """'camelCase' -> 'camel Case', 'HTTPServer' -> 'HTTP Server'."""
+    return _RE_CAMEL.sub(r" \g<0>", text)
 
 
 def has_digit(text: str) -> bool:
@@ -142,18 +150,26 @@ class CaselessPattern:
     the match: two to three times faster, with the same answer for every text. The only
     characters whose case rules differ (they match ASCII letters under re.IGNORECASE, or
     lowercase to something else) are dotted and dotless I, the long s and the Kelvin sign; a
-    text with one of them is searched with re.IGNORECASE itself."""
+    text with one of them is searched with re.IGNORECASE itself.
 
-    def __init__(self, pattern: str) -> None:
-        if pattern != pattern.lower():
+    `needs`: strings of which every match contains one; the lowercased text is searched only
+    when it holds one of them (a few substring tests cost a fraction of trying every
+    alternative of a long pattern at every position)."""
+
+    def __init__(self, pattern: str, needs: tuple[str, ...] = ()) -> None:
+        if pattern != pattern.lower() or any(n != n.lower() for n in needs):
             raise ValueError(f"a caseless pattern is written in lowercase: {pattern!r}")
         self._lowered = re.compile(pattern)
         self._ignorecase = re.compile(pattern, re.IGNORECASE)
+        self._needs = needs
 
     def search(self, text: str) -> bool:
-        if _RE_CASE_EXCEPTIONS.search(text) is not None:
+        if not text.isascii() and _RE_CASE_EXCEPTIONS.search(text) is not None:
             return self._ignorecase.search(text) is not None
-        return self._lowered.search(text.lower()) is not None
+        lowered = text.lower()
+        if self._needs and not any(map(lowered.__contains__, self._needs)):
+            return False
+        return self._lowered.search(lowered) is not None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +189,9 @@ _RE_LATIN_END = re.compile(f"[.!?\u2026]+[{_CLOSERS_RE}]*(?=\\s|$)")
 _RE_GLUED_END = re.compile(r"[.!?](?=[A-Z][a-z])")
 _RE_TWO_LOWER = re.compile(r"[a-z]{2}")
 _RE_ANY_END = re.compile("[.!?\u2026\u3002\uff01\uff1f\uff0e]")  # in every end pattern above
+# A line whose only sentence end closes it ('It rained.', 'Why?"'): every pattern above can cut
+# it at its end alone, so it is one sentence (a statement re-split for its names, most lines).
+_RE_FINAL_END = re.compile(f"(?:\\.+|[!?]+|[\u3002\uff01\uff1f\uff0e]+)[{_CLOSERS_RE}]*")
 _RE_NEXT_CHAR = re.compile(r"\s*(\S?)")  # the next character that is not a space
 _RE_HAS_WORD = re.compile(r"[^\W_]")
 _QUOTATIVE = frozenset("とっな")
@@ -195,10 +214,12 @@ def _is_abbreviation_before(text: str, dot: int) -> bool:
 
 
 def _split_line(line: str) -> list[str]:
-    if _RE_ANY_END.search(line) is None:  # no sentence end can be found: one piece
+    end = _RE_ANY_END.search(line)
+    if end is None or _RE_FINAL_END.fullmatch(line, end.start()):  # one piece
         return [line.strip()] if _RE_HAS_WORD.search(line) else []
     cuts: set[int] = set()
-    for m in _RE_CJK_END.finditer(line):
+    # an ASCII line has no ideographic stop, and its '!' and '?' follow no Japanese
+    for m in () if line.isascii() else _RE_CJK_END.finditer(line):
         begin = m.start()
         if line[begin] in "!?" and not (begin and _RE_JAPANESE_CHAR.match(line, begin - 1)):
             continue  # ASCII !? end a sentence only after Japanese text
@@ -327,20 +348,38 @@ def _cjk_grams(run: str) -> list[str]:
 
 @lru_cache(maxsize=65536)
 def _word_token(word: str) -> str:
-    """The matching unit of a Latin word, or "" for a stopword or a single letter."""
+    """The matching unit of a Latin word or a number, or "" for a stopword or a single letter."""
+    if word[0].isdigit():  # no Latin letter is a digit
+        return normalize_number(word)
     low = word.lower()
     if low in STOPWORDS or (len(low) == 1 and low not in "0123456789"):
         return ""
     return _NUMBER_WORDS.get(low) or stem(low)
 
 
+# _RE_TOKEN's words and numbers alone: what it finds in text without kanji or katakana
+_RE_WORD_OR_NUMBER = re.compile(rf"[{_LATIN}]+(?:['\u2019][{_LATIN}]+)*|\d+(?:\.\d+)?")
+_RE_KANJI_OR_KATAKANA = re.compile(f"[{_KANJI}{_KATA}]")
+
+
 def tokenize(text: str) -> tuple[str, ...]:
     """:func:`content_tokens`, uncached: for text read once (a context's sentences, whose
     reading is cached whole)."""
+    return normalized_tokens(normalize(text))
+
+
+def normalized_tokens(norm: str) -> tuple[str, ...]:
+    """:func:`tokenize` of text already through :func:`normalize`."""
+    norm = _without_thousands_separators(norm)
+    if norm.isascii() or _RE_KANJI_OR_KATAKANA.search(norm) is None:
+        # words and numbers, each looked up once
+        return tuple(
+            [token for token in map(_word_token, _RE_WORD_OR_NUMBER.findall(norm)) if token]
+        )
     out: list[str] = []
     # one group per kind of run; hiragana runs, mostly particles, auxiliaries and okurigana,
     # are not content and match none
-    for word, num, kanji, kata in _RE_TOKEN.findall(_without_thousands_separators(normalize(text))):
+    for word, num, kanji, kata in _RE_TOKEN.findall(norm):
         if word:
             token = _word_token(word)
             if token:
@@ -384,8 +423,11 @@ class Entity:
     surface: str  # as written
 
 
-_RE_NUMBER = re.compile(r"(\d+(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I)
-_RE_GLUED_TO_NUMBER = re.compile(r"[A-Za-z0-9.]", re.I)  # "A380", "v2.1": no number starts here
+# A number no letter, digit or '.' is glued to ("A380", "v2.1": no number starts there): the
+# look-behind follows the first digit, so the regex engine skips from digit to digit.
+_RE_NUMBER = re.compile(
+    r"(\d(?<![A-Za-z0-9.]\d)\d*(?:[.:]\d+)?)(?:\s*([ap])\.?m\.?(?![a-z]))?", re.I
+)
 _RE_ORDINAL_SUFFIX = re.compile(r"(\d)(?:st|nd|rd|th|s)\b")
 _RE_CAP_WORD = re.compile(rf"[A-Z][{_LATIN}'\u2019\-]*")
 _NOT_NAMES = frozenset(["am", "pm", "a.m", "p.m", "ok"])
@@ -408,13 +450,7 @@ def _number_keys(num: str, ampm: str | None) -> list[str]:
 
 def _numbers_written(text: str) -> Iterator[re.Match[str]]:
     """The numbers of `text` that no letter, digit or '.' is glued to, left to right."""
-    pos = 0
-    while (m := _RE_NUMBER.search(text, pos)) is not None:
-        if m.start() and _RE_GLUED_TO_NUMBER.match(text, m.start() - 1):
-            pos = m.start() + 1  # as a look-behind would: the next position may start one
-            continue
-        yield m
-        pos = m.end()
+    return _RE_NUMBER.finditer(text)
 
 
 def _text_numbers(text: str) -> list[tuple[str, str]]:
@@ -440,7 +476,7 @@ def normalized_number_keys(norm: str) -> set[str]:
     keys = {k for k, _ in _text_numbers(norm)}
     # every distinct word, lowercased in one call (no word holds a space, and lowercasing makes
     # none), looked up among the number words in one intersection
-    words = set(" ".join(_RE_LATIN_WORD.findall(norm)).lower().split(" "))
+    words = set(" ".join(set(_RE_LATIN_WORD.findall(norm))).lower().split(" "))
     keys.update(_NUMBER_WORDS[w] for w in words & _NUMBER_WORDS.keys())
     # "17:00" in a context also states the hour "17"
     keys |= {k.split(":", 1)[0] for k in keys if ":" in k}
@@ -479,6 +515,8 @@ def extract_entities(text: str) -> list[Entity]:
             ):
                 continue  # probably just the first word of the sentence, not a name
             add("name", name, word)
+        if sentence.isascii():  # no katakana
+            continue
         for m in _RE_KATA_WORD.finditer(sentence):
             word = m.group(0).strip("\u30fc\u30fb")
             if len(word) >= 3:
@@ -516,23 +554,26 @@ _NAME_WORD = rf"[A-Z][{_LATIN}'\u2019]*"
 _RE_NAME_RUN = re.compile(
     rf"{_NAME_WORD}(?:[ \t]+(?:(?:of|and|for|the|on|in|&)[ \t]+)?{_NAME_WORD})+"
 )
-_RE_ACRONYM = re.compile(r"\b[A-Z][A-Z&]{1,7}s?\b")
+# r"\b[A-Z][A-Z&]{1,7}s?\b", opening with the capital: the regex engine skips from capital to
+# capital instead of trying the word boundary at every position (four times faster on a context)
+_RE_ACRONYM = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z&]{1,7}s?\b")
 
 
 def acronyms(text: str) -> list[tuple[str, tuple[str, ...]]]:
     """(acronym, member tokens) for runs of capitalised words: 'Bureau of Labor Statistics' ->
     ('bls', ('bureau', 'labor', 'statist')). Lets 'BLS' and its expansion support each other."""
-    return normalized_acronyms(normalize(text))
+    return [(acr, tuple(content_tokens(run))) for acr, run in acronym_runs(normalize(text))]
 
 
-def normalized_acronyms(norm: str) -> list[tuple[str, tuple[str, ...]]]:
-    """:func:`acronyms` of text already through :func:`normalize`."""
-    out: list[tuple[str, tuple[str, ...]]] = []
+def acronym_runs(norm: str) -> list[tuple[str, str]]:
+    """(acronym, the run as written) of text already through :func:`normalize`: what
+    :func:`acronyms` finds, its runs tokenised only where an acronym is wanted (most are not)."""
+    out: list[tuple[str, str]] = []
     for m in _RE_NAME_RUN.finditer(norm):
-        words = [w for w in m.group(0).split() if w[0].isupper()]
-        if len(words) >= 2:
-            acr = "".join(w[0] for w in words).lower()
-            out.append((acr, tuple(content_tokens(m.group(0)))))
+        run = m.group(0)
+        initials = [w[0] for w in run.split() if w[0].isupper()]
+        if len(initials) >= 2:
+            out.append(("".join(initials).lower(), run))
     return out
 
 
