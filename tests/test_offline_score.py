@@ -202,3 +202,28 @@ def test_the_summary_counts_the_priorities_the_cap_skipped() -> None:
         "judge: 5 traces selected (sampled 3, priority 2), 10 not in the sample,"
         " 4 priorities over sampling.priority_max_share; judged 0"
     ), line
+
+
+@pytest.mark.slow
+def test_a_trace_with_one_of_its_judge_calls_failed_is_not_called_judged(tmp_path: Path) -> None:
+    """One trace at a time; the very first judge call fails (no retry), its other call and
+    every other trace's succeed. That trace's scores from the failed call are unmeasured: the
+    summary says so and the exit is 3, as for a trace left wholly unjudged."""
+    failures = [Reply.error(500)]
+
+    def first_fails(received: Received) -> Reply | None:
+        return failures.pop() if failures else None
+
+    result, rows = _score_with_judge(
+        tmp_path,
+        first_fails,
+        "--max-concurrency",
+        "1",
+        RAGMON_JUDGE__MAX_RETRIES="0",
+        RAGMON_JUDGE__CIRCUIT_FAILURE_THRESHOLD="5",
+    )
+    assert result.returncode == 3, result.stderr
+    assert _judge_line(result.stdout).endswith("judged 5; left unjudged 1 (judge_error 1)")
+    assert "unmeasured (llm) judge_error: faithfulness 1" in result.stdout
+    judged = [r for r in rows if r["evaluator"] == "llm"]
+    assert len(judged) == 6, "the trace's measured scores are still written"
