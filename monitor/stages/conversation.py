@@ -33,9 +33,9 @@ import asyncio
 import bisect
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -52,6 +52,7 @@ from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trac
 from monitor.sinks.conversations import (
     ConversationStep,
     ConversationStore,
+    StoredConversation,
     StoredTrace,
     TraceIdConflict,
     TurnRow,
@@ -234,6 +235,15 @@ class Step:
     count: bool
 
 
+@dataclass
+class _Watch:
+    """What was dropped while a batch's conversations were being read: they must not come
+    back from that (older) read."""
+
+    dropped: set[str] = field(default_factory=set)
+    revoked: set[TopicPartition] = field(default_factory=set)
+
+
 class _TurnLock:
     __slots__ = ("lock", "users")
 
@@ -255,7 +265,8 @@ class ConversationTracker:
         self._store = store
         self._judge = judge
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
-        self._locks: dict[str, _TurnLock] = {}
+        self._locks: dict[str, _TurnLock] = {}  # conversations in use: never evicted
+        self._watches: list[_Watch] = []
 
     def __len__(self) -> int:
         return len(self._conversations)
@@ -268,10 +279,7 @@ class ConversationTracker:
         if conversation_id is None:
             yield None
             return
-        held = self._locks.get(conversation_id)
-        if held is None:
-            held = self._locks[conversation_id] = _TurnLock()
-        held.users += 1
+        held = self._hold(conversation_id)
         try:
             async with held.lock:
                 conv = await self._conversation(conversation_id, trace.agent)
@@ -293,9 +301,89 @@ class ConversationTracker:
                         conv.unplace(trace)
                     raise
         finally:
-            held.users -= 1
-            if held.users == 0:
-                del self._locks[conversation_id]
+            self._let_go(conversation_id)
+
+    def _hold(self, conversation_id: str) -> _TurnLock:
+        """Mark the conversation in use (a turn of it, or a batch that holds one): it is
+        neither evicted nor expired until `_let_go`."""
+        held = self._locks.get(conversation_id)
+        if held is None:
+            held = self._locks[conversation_id] = _TurnLock()
+        held.users += 1
+        return held
+
+    def _let_go(self, conversation_id: str) -> None:
+        held = self._locks[conversation_id]
+        held.users -= 1
+        if held.users == 0:
+            del self._locks[conversation_id]
+
+    @asynccontextmanager
+    async def batch(
+        self, traces: Sequence[tuple[Trace, Collection[TopicPartition]]]
+    ) -> AsyncIterator[None]:
+        """Hold the conversations of a batch of traces (each with the partitions it was read
+        from) in memory while the batch is processed: those not in memory are read from the
+        store together, one query per table, and none of them is evicted or expired before the
+        batch is done (so the bound may be exceeded by the conversations of the traces in
+        flight). Turns are still numbered one by one by `turn`, which reads a conversation
+        itself when the batch could not (it was dropped meanwhile, or the read failed)."""
+        first: dict[str, tuple[Trace, set[TopicPartition]]] = {}
+        for trace, partitions in traces:
+            conversation_id = trace.conversation_id
+            if conversation_id is None:
+                continue
+            known = first.get(conversation_id)
+            if known is None:
+                first[conversation_id] = (trace, set(partitions))
+            else:
+                if turn_order_key(trace) < turn_order_key(known[0]):
+                    first[conversation_id] = (trace, known[1])
+                first[conversation_id][1].update(partitions)
+        for conversation_id in first:
+            self._hold(conversation_id)
+        try:
+            await self._preload(first)
+            yield
+        finally:
+            for conversation_id in first:
+                self._let_go(conversation_id)
+            self._evict_over_limit()  # what the batch held beyond the bound
+            self._metrics.active.set(len(self._conversations))
+
+    async def _preload(self, first: dict[str, tuple[Trace, set[TopicPartition]]]) -> None:
+        """Read the conversations of `first` (each with its first trace and its partitions)
+        that are not in memory, in one read, and keep those nothing dropped meanwhile."""
+        missing = [c for c in first if c not in self._conversations]
+        if self._store is None or not missing:
+            return
+        watch = _Watch()
+        self._watches.append(watch)
+        try:
+            stored = await self._store.load_many(missing)
+        except Exception as exc:  # each turn reads its conversation alone, and fails alone
+            log.warning("reading a batch's conversations failed", error=repr(exc))
+            return
+        finally:
+            self._watches.remove(watch)
+        for conversation_id in missing:
+            trace, partitions = first[conversation_id]
+            if (
+                conversation_id in self._conversations  # read by a turn meanwhile
+                or conversation_id in watch.dropped
+                or partitions & watch.revoked
+            ):
+                continue
+            conv = self._built(conversation_id, trace.agent, stored[conversation_id])
+            conv.partitions.update(partitions)
+            self._conversations[conversation_id] = conv
+        self._evict_over_limit()
+        self._metrics.active.set(len(self._conversations))
+
+    def _dropped(self, conversation_id: str) -> None:
+        del self._conversations[conversation_id]
+        for watch in self._watches:
+            watch.dropped.add(conversation_id)
 
     async def observe(self, trace: Trace, result: EvaluationResult) -> None:
         """Number the trace's turn and record one result for it (no store, no publishing)."""
@@ -500,14 +588,17 @@ class ConversationTracker:
         m.count_constraint_checks(trace.agent, step.verdicts)
 
     async def _load(self, conversation_id: str, agent: str) -> _Conversation:
-        """The conversation as stored. Traces whose turn row and results disagree, or whose
-        number is not the one the rule gives (a renumbering cut short by two writers during a
-        rebalance, or rows from before turn rows were keyed by trace), are rewritten by the
-        conversation's next step."""
-        conv = _Conversation(agent)
+        """The conversation as stored (see `_built`)."""
         if self._store is None:
-            return conv
-        stored = await self._store.load(conversation_id)
+            return _Conversation(agent)
+        return self._built(conversation_id, agent, await self._store.load(conversation_id))
+
+    def _built(self, conversation_id: str, agent: str, stored: StoredConversation) -> _Conversation:
+        """The conversation in memory from what is stored. Traces whose turn row and results
+        disagree, or whose number is not the one the rule gives (a renumbering cut short by two
+        writers during a rebalance, or rows from before turn rows were keyed by trace), are
+        rewritten by the conversation's next step."""
+        conv = _Conversation(agent)
         for row in stored.turns:
             if row.start_us is not None:
                 conv.starts[row.trace_id] = row.start_us
@@ -541,7 +632,7 @@ class ConversationTracker:
                 if len(victims) == excess:
                     break
         for conversation_id in victims:
-            del self._conversations[conversation_id]  # its state is in the store already
+            self._dropped(conversation_id)  # its state is in the store already
             self._metrics.evicted.labels("lru").inc()
 
     async def expire(self, now: float | None = None) -> int:
@@ -552,8 +643,8 @@ class ConversationTracker:
             if now - conv.last_seen < self._config.idle_seconds:
                 break
             if conversation_id in self._locks:
-                continue  # a turn of it is being processed right now
-            del self._conversations[conversation_id]
+                continue  # a turn of it is being processed right now, or a batch holds it
+            self._dropped(conversation_id)
             ended += 1
             if conv.last_memory is not None:
                 self._metrics.final_memory.labels(self._metrics.agent_label(conv.agent)).observe(
@@ -568,9 +659,11 @@ class ConversationTracker:
         replica's now, and if the partitions come back the store has what it wrote meanwhile.
         A conversation reloads when seen again; every step was written as it committed, so
         nothing is left to save. Returns how many were dropped."""
+        for watch in self._watches:
+            watch.revoked.update(revoked)
         gone = [key for key, conv in self._conversations.items() if conv.partitions & revoked]
         for conversation_id in gone:
-            del self._conversations[conversation_id]
+            self._dropped(conversation_id)
         self._metrics.active.set(len(self._conversations))
         return len(gone)
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -46,7 +47,7 @@ from monitor.stages.ports import Assembled
 from monitor.stages.read_time import read_at
 from monitor.stages.reject import Rejecter
 from monitor.telemetry import context_from_headers
-from monitor.typing import TraceProcessor
+from monitor.typing import BatchPreparing, TraceProcessor
 
 log = structlog.get_logger(__name__)
 
@@ -223,10 +224,24 @@ class ScoreStage:
                         del self._tails[key]
 
         workers = min(len(chained), BATCH_WORKERS)
-        if workers == 1:
-            await worker()
-        else:
-            await asyncio.gather(*(worker() for _ in range(workers)))
+        async with self._prepared(work):
+            if workers == 1:
+                await worker()
+            else:
+                await asyncio.gather(*(worker() for _ in range(workers)))
+
+    @asynccontextmanager
+    async def _prepared(self, work: list[_Work]) -> AsyncIterator[None]:
+        """The processor prepared for the batch (its conversations read together), when it
+        prepares for batches; the traces already abandoned are left out."""
+        if not isinstance(self._processor, BatchPreparing):
+            yield
+            return
+        traces = [
+            (item.trace, [tp for tp, _ in item.generations]) for item in work if self._owned(item)
+        ]
+        async with self._processor.batch(traces):
+            yield
 
     async def _process_and_release(self, item: _Work) -> None:
         try:
