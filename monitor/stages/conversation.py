@@ -33,8 +33,8 @@ import asyncio
 import bisect
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Collection, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -107,6 +107,7 @@ class _Conversation:
         "carried",
         "evaluators",
         "explicit",
+        "known",
         "last_memory",
         "last_seen",
         "order",
@@ -127,6 +128,8 @@ class _Conversation:
         self.last_seen = time.monotonic()
         self.last_memory: int | None = None
         self.partitions: set[TopicPartition] = set()  # where its traces were read
+        # trace id -> what is stored of it, read for a batch (ConversationTracker.batch)
+        self.known: dict[str, StoredTrace] | None = None
 
     @property
     def last_turn(self) -> int:
@@ -154,6 +157,33 @@ class _Conversation:
         self.order.insert(index, (start, trace.trace_id))
         self.starts[trace.trace_id] = start
         return index + 1, True
+
+    def needed_by(self, traces: Sequence[Trace]) -> list[str]:
+        """The trace ids whose stored rows and results the steps of `traces` (a batch's, of
+        this conversation) will read: the stored turns they may move (numbered by a later
+        start than the earliest new one, or misplaced already) and the batch's traces stored
+        before (re-delivered), with the batch's own (whose stored turn row says which
+        conversation has them). None when no step will read any."""
+        new = [
+            (start_micros(t), t.trace_id)
+            for t in traces
+            if t.turn is None and t.trace_id not in self.starts
+        ]
+        earliest = min(new, default=None)
+        reread = [t.trace_id for t in traces if t.trace_id in self.stored_turns]
+        moving = [
+            trace_id
+            for trace_id, number in self.stored_turns.items()
+            if self.turn_of(trace_id) != number
+            or (
+                earliest is not None
+                and trace_id in self.starts
+                and (self.starts[trace_id], trace_id) > earliest
+            )
+        ]
+        if not reread and not moving:
+            return []
+        return list(dict.fromkeys([*moving, *reread, *(t.trace_id for t in traces)]))
 
     def unplace(self, trace: Trace) -> None:
         """Undo a `place` whose turn was never recorded (its processing failed)."""
@@ -237,11 +267,12 @@ class Step:
 
 @dataclass
 class _Watch:
-    """What was dropped while a batch's conversations were being read: they must not come
+    """What was dropped, revoked or written while a batch read the store: none of it may come
     back from that (older) read."""
 
     dropped: set[str] = field(default_factory=set)
     revoked: set[TopicPartition] = field(default_factory=set)
+    written: set[str] = field(default_factory=set)  # trace ids
 
 
 class _TurnLock:
@@ -287,7 +318,7 @@ class ConversationTracker:
                 stored = StoredTrace()
                 if self._store is not None and trace.trace_id in conv.stored_turns:
                     # stored before: a re-delivery (its results decide what is new)
-                    found = await self._store.traces([trace.trace_id])
+                    found = await self._stored_traces(conv, [trace.trace_id])
                     stored = found.get(trace.trace_id, stored)
                 number, new = conv.place(trace)
                 numbered = (
@@ -317,68 +348,127 @@ class ConversationTracker:
         held.users -= 1
         if held.users == 0:
             del self._locks[conversation_id]
+            conv = self._conversations.get(conversation_id)
+            if conv is not None:
+                conv.known = None  # kept only while a batch or a turn uses it
 
     @asynccontextmanager
     async def batch(
         self, traces: Sequence[tuple[Trace, Collection[TopicPartition]]]
     ) -> AsyncIterator[None]:
         """Hold the conversations of a batch of traces (each with the partitions it was read
-        from) in memory while the batch is processed: those not in memory are read from the
-        store together, one query per table, and none of them is evicted or expired before the
-        batch is done (so the bound may be exceeded by the conversations of the traces in
-        flight). Turns are still numbered one by one by `turn`, which reads a conversation
-        itself when the batch could not (it was dropped meanwhile, or the read failed)."""
-        first: dict[str, tuple[Trace, set[TopicPartition]]] = {}
-        for trace, partitions in traces:
-            conversation_id = trace.conversation_id
-            if conversation_id is None:
-                continue
-            known = first.get(conversation_id)
-            if known is None:
-                first[conversation_id] = (trace, set(partitions))
-            else:
-                if turn_order_key(trace) < turn_order_key(known[0]):
-                    first[conversation_id] = (trace, known[1])
-                first[conversation_id][1].update(partitions)
-        for conversation_id in first:
+        from) in memory while the batch is processed. Those not in memory are read from the
+        store together, one query per table; so are the stored turns the batch will renumber
+        and its traces stored before (re-delivered), which its steps then take from memory.
+        None of them is evicted or expired before the batch is done (the bound may be exceeded
+        by the conversations of the traces in flight). Turns are still numbered one by one by
+        `turn`, which reads a conversation itself when the batch could not (it was dropped
+        meanwhile, or the read failed)."""
+        groups: dict[str, list[Trace]] = {}
+        partitions: dict[str, set[TopicPartition]] = {}
+        for trace, read_from in traces:
+            if trace.conversation_id is not None:
+                groups.setdefault(trace.conversation_id, []).append(trace)
+                partitions.setdefault(trace.conversation_id, set()).update(read_from)
+        for conversation_id in groups:
             self._hold(conversation_id)
         try:
-            await self._preload(first)
+            if self._store is not None:
+                try:
+                    await self._preload(self._store, groups, partitions)
+                except Exception as exc:  # each turn reads for itself, and fails alone
+                    log.warning("reading a batch's conversations failed", error=repr(exc))
             yield
         finally:
-            for conversation_id in first:
+            for conversation_id in groups:
                 self._let_go(conversation_id)
             self._evict_over_limit()  # what the batch held beyond the bound
             self._metrics.active.set(len(self._conversations))
 
-    async def _preload(self, first: dict[str, tuple[Trace, set[TopicPartition]]]) -> None:
-        """Read the conversations of `first` (each with its first trace and its partitions)
-        that are not in memory, in one read, and keep those nothing dropped meanwhile."""
-        missing = [c for c in first if c not in self._conversations]
-        if self._store is None or not missing:
+    async def _preload(
+        self,
+        store: ConversationStore,
+        groups: dict[str, list[Trace]],
+        partitions: dict[str, set[TopicPartition]],
+    ) -> None:
+        """Read the conversations of `groups` that are not in memory, then the stored traces
+        their steps will need; keep what nothing dropped or wrote meanwhile."""
+        missing = [c for c in groups if c not in self._conversations]
+        if missing:
+            with self._watching() as watch:
+                stored = await store.load_many(missing)
+            for conversation_id in missing:
+                if (
+                    conversation_id in self._conversations  # read by a turn meanwhile
+                    or conversation_id in watch.dropped
+                    or partitions[conversation_id] & watch.revoked
+                ):
+                    continue
+                first = min(groups[conversation_id], key=turn_order_key)
+                conv = self._built(conversation_id, first.agent, stored[conversation_id])
+                conv.partitions.update(partitions[conversation_id])
+                self._conversations[conversation_id] = conv
+            self._evict_over_limit()
+            self._metrics.active.set(len(self._conversations))
+        wanted: dict[str, list[str]] = {}
+        for conversation_id, batch_traces in groups.items():
+            held = self._conversations.get(conversation_id)
+            if held is not None:
+                needed = held.needed_by(batch_traces)
+                if needed:
+                    wanted[conversation_id] = needed
+        if not wanted:
             return
+        with self._watching() as watch:
+            found = await store.traces([t for ids in wanted.values() for t in ids])
+        for conversation_id, ids in wanted.items():
+            held = self._conversations.get(conversation_id)
+            if held is None or conversation_id in watch.dropped:
+                continue
+            known = held.known if held.known is not None else {}
+            for trace_id in ids:
+                if trace_id not in watch.written:
+                    known[trace_id] = found.get(trace_id, StoredTrace())
+            held.known = known
+
+    @contextmanager
+    def _watching(self) -> Iterator[_Watch]:
+        """What is dropped, revoked or written while a batch reads the store."""
         watch = _Watch()
         self._watches.append(watch)
         try:
-            stored = await self._store.load_many(missing)
-        except Exception as exc:  # each turn reads its conversation alone, and fails alone
-            log.warning("reading a batch's conversations failed", error=repr(exc))
-            return
+            yield watch
         finally:
             self._watches.remove(watch)
-        for conversation_id in missing:
-            trace, partitions = first[conversation_id]
-            if (
-                conversation_id in self._conversations  # read by a turn meanwhile
-                or conversation_id in watch.dropped
-                or partitions & watch.revoked
-            ):
-                continue
-            conv = self._built(conversation_id, trace.agent, stored[conversation_id])
-            conv.partitions.update(partitions)
-            self._conversations[conversation_id] = conv
-        self._evict_over_limit()
-        self._metrics.active.set(len(self._conversations))
+
+    async def _stored_traces(
+        self, conv: _Conversation, trace_ids: Sequence[str]
+    ) -> dict[str, StoredTrace]:
+        """What is stored of these traces of the conversation: from what its batch read, when
+        that has them all (kept as the steps write), else from the store."""
+        assert self._store is not None
+        known = conv.known
+        if known is not None and all(t in known for t in trace_ids):
+            found = {t: known[t] for t in trace_ids}
+            return {t: s for t, s in found.items() if s.turn is not None or s.results}
+        return await self._store.traces(trace_ids)
+
+    def _written(self, conv: _Conversation, step: ConversationStep) -> None:
+        """Keep what the conversation's batch read as the store has it after `step`."""
+        for watch in self._watches:
+            watch.written.update(r.trace_id for r in step.turns)
+            watch.written.update(s.result.trace_id for s in step.results)
+        known = conv.known
+        if known is None:
+            return
+        for row in step.turns:
+            if row.trace_id in known:
+                known[row.trace_id] = replace(known[row.trace_id], turn=row)
+        for stored in step.results:
+            trace_id = stored.result.trace_id
+            if trace_id in known:
+                results = {**known[trace_id].results, stored.evaluator: stored}
+                known[trace_id] = replace(known[trace_id], results=results)
 
     def _dropped(self, conversation_id: str) -> None:
         del self._conversations[conversation_id]
@@ -421,7 +511,7 @@ class ConversationTracker:
         moved_results: list[StoredResult] = []
         if moved and self._store is not None:
             new = trace.trace_id not in conv.stored_turns
-            found_traces = await self._store.traces(sorted({*moved, trace.trace_id}))
+            found_traces = await self._stored_traces(conv, sorted({*moved, trace.trace_id}))
             owner = found_traces.get(trace.trace_id, StoredTrace()).turn
             if new and owner is not None and owner.conversation_id != turn.conversation_id:
                 # the step would fail on it: say so before anything of it is published
@@ -462,6 +552,7 @@ class ConversationTracker:
             write = ConversationStep(turn.conversation_id, conv.agent, rows, results, step.carried)
             if write:
                 await self._store.write(write, owned=current_owner())
+                self._written(conv, write)
         turn.recorded = True
         previous = conv.evaluators.get(trace.trace_id)
         if step.row is not None:
