@@ -24,6 +24,17 @@ the store when it is next seen, its turn rows and results checked together again
 re-delivered trace keeps its turn, its judge verdicts are reused, and what did not change is
 neither written nor published again.
 
+The score stage hands over each batch first (`ConversationTracker.batch`): the batch's
+conversations not in memory are read together, one query per table, and so are the stored
+turns the batch will move and its traces stored before; a step takes them from memory (kept as
+the steps write them) instead of reading them itself. The batch holds its conversations in
+memory until it is done (neither evicted nor expired: the bound may be exceeded by the
+conversations of the traces in flight). A read overtaken by what it read (the conversation
+dropped, its partition revoked, a trace of it written meanwhile) is not kept; the turn then
+reads for itself, as it does outside a batch. Each step is still written on its own: the
+numbering a step writes is that of the traces stored before it plus its own, so a trace that
+fails (a conflicting trace id, rows the database refuses) fails alone.
+
 Where this sits in the data flow: docs/architecture.md.
 """
 

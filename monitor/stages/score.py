@@ -11,7 +11,9 @@ which reads it again. A fetched batch is decoded at once and handed to one task;
 keep up; the costly judge sheds load on its own).
 
 Traces of one conversation are processed one at a time, in the order of their start (within a
-batch; across batches in the order read), while different conversations run concurrently. Each
+batch; across batches in the order read), while different conversations run concurrently. A
+processor that prepares for batches (`typing.BatchPreparing`: the conversations of the batch
+read from the store together) is handed the batch before its traces. Each
 trace is processed under the claim of the partitions it was read from (`faults.owned_while`),
 which the sinks check before they write and the conversation stage keeps its state by; a
 revocation forgets the state of the revoked partitions only. Each is processed knowing when it
