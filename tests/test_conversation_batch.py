@@ -40,7 +40,7 @@ from monitor.sources.offsets import OffsetTracker
 from monitor.stages.conversation import ConversationMetrics, ConversationTracker
 from monitor.stages.reject import Rejecter
 from monitor.stages.score import ScoreStage
-from tests.support.traces import encode
+from tests.support.traces import encode, native_trace
 
 START = datetime(2026, 11, 26, 9, tzinfo=UTC)
 TP = TopicPartition("in", 0)
@@ -49,15 +49,13 @@ FROM = re.compile(r"\bFROM\s+(\w+)", re.IGNORECASE)
 
 def turn(conversation: str, minute: int) -> dict[str, Any]:
     """A native trace without a producer's turn: numbered by when it started."""
-    return {
-        "trace_id": f"{conversation}-m{minute}",
-        "timestamp": (START + timedelta(minutes=minute)).isoformat(),
-        "agent": "bot",
-        "conversation_id": conversation,
-        "query": f"What does plan {minute} cost?",
-        "contexts": [{"id": "d", "text": f"Plan {minute} costs {minute} dollars a month."}],
-        "answer": f"Plan {minute} costs {minute} dollars a month.",
-    }
+    return native_trace(
+        minute,
+        trace_id=f"{conversation}-m{minute}",
+        timestamp=(START + timedelta(minutes=minute)).isoformat(),
+        conversation_id=conversation,
+        turn=None,
+    )
 
 
 class Reads:
