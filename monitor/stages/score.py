@@ -226,11 +226,18 @@ class ScoreStage:
                         del self._tails[key]
 
         workers = min(len(chained), BATCH_WORKERS)
-        async with self._prepared(work):
-            if workers == 1:
-                await worker()
-            else:
-                await asyncio.gather(*(worker() for _ in range(workers)))
+        try:
+            async with self._prepared(work):
+                if workers == 1:
+                    await worker()
+                else:
+                    await asyncio.gather(*(worker() for _ in range(workers)))
+        finally:  # cancelled (shutdown) before a worker took them: later batches need not wait
+            for key, _, _, done in chained:
+                if not done.done():
+                    done.set_result(None)
+                    if self._tails.get(key) is done:
+                        del self._tails[key]
 
     @asynccontextmanager
     async def _prepared(self, work: list[_Work]) -> AsyncIterator[None]:
