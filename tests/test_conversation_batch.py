@@ -33,7 +33,7 @@ from monitor.faults import owned_while
 from monitor.messages import RawMessage, Routed
 from monitor.metrics import AgentLabels, Metrics
 from monitor.models import EvaluationResult, Score, Trace
-from monitor.sinks.conversations import ConversationStore, StoredConversation
+from monitor.sinks.conversations import IN_CHUNK, ConversationStore, StoredConversation
 from monitor.sinks.deadletter import StreamDeadLetters
 from monitor.sinks.store import Store, results_table, turns_table
 from monitor.sources.offsets import OffsetTracker
@@ -308,3 +308,74 @@ async def test_a_conversation_revoked_while_its_batch_read_it_is_not_kept_from_t
     finally:
         await store.close()
     assert {r["trace_id"]: r["turn"] for r in rows} == by_start("c", [1, 2, 3])
+
+
+# ------------------------------------------------------------------ parameter limits
+
+
+async def _a_batch_beyond_one_in_list_is_read_in_slices(url: str) -> None:
+    store = await Store.open(url)
+    try:
+        conversations = ConversationStore(store)
+        tracker = ConversationTracker(
+            ConversationConfig(),
+            ConversationMetrics(CollectorRegistry(), AgentLabels(10)),
+            store=conversations,
+        )
+        stored = [Trace.model_validate(turn(f"conv-{i:04d}", 1)) for i in range(0, 1200, 100)]
+        for trace in stored:
+            await tracker.observe(trace, result_of(trace))
+        reads = Reads(store)
+        found = await conversations.load_many([f"conv-{i:04d}" for i in range(1200)])
+        assert reads.tables == {
+            "conversation_turns": 3,
+            "evaluation_results": 3,
+            "conversation_state": 3,
+        }, f"1,200 conversations in slices of {IN_CHUNK}"
+    finally:
+        await store.close()
+    assert len(found) == 1200
+    assert {c for c, s in found.items() if s.turns} == {t.conversation_id for t in stored}
+    for conversation_id in {t.conversation_id for t in stored}:
+        rows = found[conversation_id].turns
+        assert [(r.trace_id, r.turn) for r in rows] == [(f"{conversation_id}-m1", 1)]
+
+
+async def test_sqlite_reads_a_batch_beyond_one_in_list_in_slices(tmp_path: Path) -> None:
+    await _a_batch_beyond_one_in_list_is_read_in_slices(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
+
+
+async def test_postgresql_reads_a_batch_beyond_one_in_list_in_slices(postgres_url: str) -> None:
+    await _a_batch_beyond_one_in_list_is_read_in_slices(postgres_url)
+
+
+# ------------------------------------------------------------------ a failed read
+
+
+class FailingReads(ConversationStore):
+    """A batch's read fails; one conversation's read (`load`) works."""
+
+    async def load(self, conversation_id: str) -> StoredConversation:
+        return (await super().load_many([conversation_id]))[conversation_id]
+
+    async def load_many(self, conversation_ids: Any) -> dict[str, StoredConversation]:
+        raise RuntimeError("the batch's read failed")
+
+
+async def test_a_failed_batch_read_leaves_each_turn_to_read_its_conversation(
+    tmp_path: Path,
+) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
+    try:
+        m1, m2 = (Trace.model_validate(turn("c", m)) for m in (1, 2))
+        metrics = ConversationMetrics(CollectorRegistry(), AgentLabels(10))
+        first = ConversationTracker(ConversationConfig(), metrics, ConversationStore(store))
+        await first.observe(m2, result_of(m2))
+        failing = ConversationTracker(ConversationConfig(), metrics, FailingReads(store))
+        async with failing.batch([(m1, [TP])]):
+            assert len(failing) == 0, "nothing kept from a read that failed"
+            await failing.observe(m1, result_of(m1))  # reads "c" itself: m2 is stored
+        rows = await store.select_rows(turns_table, conversation_id="c")
+    finally:
+        await store.close()
+    assert {r["trace_id"]: r["turn"] for r in rows} == by_start("c", [1, 2])
