@@ -41,7 +41,6 @@ Where this sits in the data flow: docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
@@ -63,33 +62,21 @@ from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trac
 from monitor.sinks.conversations import (
     ConversationStep,
     ConversationStore,
-    StoredConversation,
     StoredTrace,
     TraceIdConflict,
     TurnRow,
 )
 from monitor.sinks.store import StoredResult
-from monitor.times import micros, micros_from_ns
+from monitor.stages.conversation_state import (
+    ConversationState,
+    turn_order_key,
+)
 from monitor.typing import TurnJudge
 
 log = structlog.get_logger(__name__)
 
 EVALUATOR_RANK = {"heuristic": 0, "ragas": 1, "llm": 2}
 MAX_CARRIED_CONSTRAINTS = 20
-DISAGREE = 0  # a stored trace whose turn row and results carry different turns
-
-
-def start_micros(trace: Trace) -> int:
-    """When the turn started, in microseconds since the epoch: the OTLP root span's start
-    (`Trace.assembly.start_ns`) when known, else `timestamp`."""
-    if trace.assembly is not None and trace.assembly.start_ns is not None:
-        return micros_from_ns(trace.assembly.start_ns)
-    return micros(trace.timestamp)
-
-
-def turn_order_key(trace: Trace) -> tuple[int, int, str]:
-    """The order in which a conversation's traces are processed: explicit turn, start, id."""
-    return (trace.turn or 0, start_micros(trace), trace.trace_id)
 
 
 class ConversationMetrics:
@@ -112,100 +99,6 @@ class ConversationMetrics:
             self.constraint_checks.labels(label, verdict.status).inc()
 
 
-class _Conversation:
-    __slots__ = (
-        "agent",
-        "carried",
-        "evaluators",
-        "explicit",
-        "known",
-        "last_memory",
-        "last_seen",
-        "order",
-        "partitions",
-        "starts",
-        "stored_turns",
-    )
-
-    def __init__(self, agent: str) -> None:
-        self.agent = agent
-        self.order: list[tuple[int, str]] = []  # (start µs, trace id) of turns numbered by start
-        self.starts: dict[str, int] = {}  # trace id -> start µs, for the same turns
-        self.explicit: dict[str, int] = {}  # trace id -> turn given by the producer
-        self.evaluators: dict[str, str] = {}  # trace id -> evaluator of its turn row
-        # trace id -> the turn its row and results carry in the store (DISAGREE: they differ)
-        self.stored_turns: dict[str, int] = {}
-        self.carried: list[Constraint] = []  # user-stated constraints extracted by the judge
-        self.last_seen = time.monotonic()
-        self.last_memory: int | None = None
-        self.partitions: set[TopicPartition] = set()  # where its traces were read
-        # trace id -> what is stored of it, read for a batch (ConversationTracker.batch)
-        self.known: dict[str, StoredTrace] | None = None
-
-    @property
-    def last_turn(self) -> int:
-        return max(len(self.order), max(self.explicit.values(), default=0))
-
-    def turn_of(self, trace_id: str) -> int | None:
-        if trace_id in self.explicit:
-            return self.explicit[trace_id]
-        start = self.starts.get(trace_id)
-        if start is None:
-            return None
-        return bisect.bisect_left(self.order, (start, trace_id)) + 1
-
-    def place(self, trace: Trace) -> tuple[int, bool]:
-        """Number the trace: (turn, whether it is new here). Later turns move up."""
-        if trace.turn is not None:
-            new = trace.trace_id not in self.explicit
-            self.explicit[trace.trace_id] = trace.turn
-            return trace.turn, new
-        known = self.turn_of(trace.trace_id)
-        if known is not None:
-            return known, False
-        start = start_micros(trace)
-        index = bisect.bisect_left(self.order, (start, trace.trace_id))
-        self.order.insert(index, (start, trace.trace_id))
-        self.starts[trace.trace_id] = start
-        return index + 1, True
-
-    def needed_by(self, traces: Sequence[Trace]) -> list[str]:
-        """The trace ids whose stored rows and results the steps of `traces` (a batch's, of
-        this conversation) will read: the stored turns they may move (numbered by a later
-        start than the earliest new one, or misplaced already) and the batch's traces stored
-        before (re-delivered), with the batch's own (whose stored turn row says which
-        conversation has them). None when no step will read any."""
-        new = [
-            (start_micros(t), t.trace_id)
-            for t in traces
-            if t.turn is None and t.trace_id not in self.starts
-        ]
-        earliest = min(new, default=None)
-        reread = [t.trace_id for t in traces if t.trace_id in self.stored_turns]
-        moving = [
-            trace_id
-            for trace_id, number in self.stored_turns.items()
-            if self.turn_of(trace_id) != number
-            or (
-                earliest is not None
-                and trace_id in self.starts
-                and (self.starts[trace_id], trace_id) > earliest
-            )
-        ]
-        if not reread and not moving:
-            return []
-        return list(dict.fromkeys([*moving, *reread, *(t.trace_id for t in traces)]))
-
-    def unplace(self, trace: Trace) -> None:
-        """Undo a `place` whose turn was never recorded (its processing failed)."""
-        if trace.turn is not None:
-            self.explicit.pop(trace.trace_id, None)
-            return
-        start = self.starts.pop(trace.trace_id, None)
-        if start is not None:
-            self.order.remove((start, trace.trace_id))
-
-
 class Turn:
     """One trace's turn while it is processed; the conversation waits for it to finish.
 
@@ -220,7 +113,7 @@ class Turn:
         self,
         tracker: ConversationTracker,
         conversation_id: str,
-        conv: _Conversation,
+        conv: ConversationState,
         trace: Trace,
         stored: StoredTrace,
     ) -> None:
@@ -306,7 +199,7 @@ class ConversationTracker:
         self._metrics = metrics
         self._store = store
         self._judge = judge
-        self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
+        self._conversations: OrderedDict[str, ConversationState] = OrderedDict()
         self._locks: dict[str, _TurnLock] = {}  # conversations in use: never evicted
         self._watches: list[_Watch] = []
 
@@ -416,7 +309,7 @@ class ConversationTracker:
                 ):
                     continue
                 first = min(groups[conversation_id], key=turn_order_key)
-                conv = self._built(conversation_id, first.agent, stored[conversation_id])
+                conv = ConversationState.of(conversation_id, first.agent, stored[conversation_id])
                 conv.partitions.update(partitions[conversation_id])
                 self._conversations[conversation_id] = conv
             self._evict_over_limit()
@@ -453,7 +346,7 @@ class ConversationTracker:
             self._watches.remove(watch)
 
     async def _stored_traces(
-        self, conv: _Conversation, trace_ids: Sequence[str]
+        self, conv: ConversationState, trace_ids: Sequence[str]
     ) -> dict[str, StoredTrace]:
         """What is stored of these traces of the conversation: from what its batch read, when
         that has them all (kept as the steps write), else from the store."""
@@ -464,7 +357,7 @@ class ConversationTracker:
             return {t: s for t, s in found.items() if s.turn is not None or s.results}
         return await self._store.traces(trace_ids)
 
-    def _written(self, conv: _Conversation, step: ConversationStep) -> None:
+    def _written(self, conv: ConversationState, step: ConversationStep) -> None:
         """Keep what the conversation's batch read as the store has it after `step`."""
         for watch in self._watches:
             watch.written.update(r.trace_id for r in step.turns)
@@ -495,7 +388,7 @@ class ConversationTracker:
     async def _prepare(
         self,
         turn: Turn,
-        conv: _Conversation,
+        conv: ConversationState,
         stored: StoredTrace,
         result: EvaluationResult,
         count: bool,
@@ -548,7 +441,7 @@ class ConversationTracker:
     async def _commit(
         self,
         turn: Turn,
-        conv: _Conversation,
+        conv: ConversationState,
         step: Step,
         stored: StoredResult | None,
         unchanged: bool,
@@ -582,7 +475,7 @@ class ConversationTracker:
         if step.row is not None and previous != step.result.evaluator and step.count:
             self._export(trace, number, step, first_time=previous is None)
 
-    async def _conversation(self, conversation_id: str, agent: str) -> _Conversation:
+    async def _conversation(self, conversation_id: str, agent: str) -> ConversationState:
         conv = self._conversations.get(conversation_id)
         if conv is None:
             conv = await self._load(conversation_id, agent)
@@ -596,7 +489,7 @@ class ConversationTracker:
 
     async def _constraints(
         self,
-        conv: _Conversation,
+        conv: ConversationState,
         trace: Trace,
         result: EvaluationResult,
     ) -> tuple[list[ConstraintVerdict], dict[str, float], Any, list[Constraint] | None]:
@@ -636,7 +529,7 @@ class ConversationTracker:
         result: EvaluationResult,
         verdicts: Sequence[ConstraintVerdict],
         outcomes: dict[str, float],
-        conv: _Conversation,
+        conv: ConversationState,
     ) -> TurnRow:
         supported = sum(1 for s in result.statements if s.supported)
         unsupported = len(result.statements) - supported
@@ -689,39 +582,11 @@ class ConversationTracker:
             m.memory.labels(agent).observe(trace.memory_tokens)
         m.count_constraint_checks(trace.agent, step.verdicts)
 
-    async def _load(self, conversation_id: str, agent: str) -> _Conversation:
-        """The conversation as stored (see `_built`)."""
+    async def _load(self, conversation_id: str, agent: str) -> ConversationState:
+        """The conversation as stored (see `ConversationState.of`)."""
         if self._store is None:
-            return _Conversation(agent)
-        return self._built(conversation_id, agent, await self._store.load(conversation_id))
-
-    def _built(self, conversation_id: str, agent: str, stored: StoredConversation) -> _Conversation:
-        """The conversation in memory from what is stored. Traces whose turn row and results
-        disagree, or whose number is not the one the rule gives (a renumbering cut short by two
-        writers during a rebalance, or rows from before turn rows were keyed by trace), are
-        rewritten by the conversation's next step."""
-        conv = _Conversation(agent)
-        for row in stored.turns:
-            if row.start_us is not None:
-                conv.starts[row.trace_id] = row.start_us
-            else:  # numbered by the producer (or stored before numbering by start)
-                conv.explicit[row.trace_id] = row.turn
-        conv.order = sorted((start, trace_id) for trace_id, start in conv.starts.items())
-        for row in sorted(stored.turns, key=lambda r: r.turn):
-            conv.evaluators[row.trace_id] = row.evaluator
-            agree = stored.result_turns.get(row.trace_id, {row.turn}) == {row.turn}
-            conv.stored_turns[row.trace_id] = row.turn if agree else DISAGREE
-            if row.turn >= conv.last_turn:
-                conv.last_memory = row.memory_tokens
-        misplaced = sum(1 for t, n in conv.stored_turns.items() if conv.turn_of(t) != n)
-        if misplaced:
-            log.warning(
-                "conversation turns to renumber on load",
-                conversation_id=conversation_id,
-                turns=misplaced,
-            )
-        conv.carried = stored.carried
-        return conv
+            return ConversationState(agent)
+        return ConversationState.of(conversation_id, agent, await self._store.load(conversation_id))
 
     def _evict_over_limit(self) -> None:
         excess = len(self._conversations) - self._config.max_conversations

@@ -44,7 +44,7 @@ from monitor.models import Trace
 from monitor.sinks.produce import ProduceRejected
 from monitor.sources.offsets import OffsetTracker
 from monitor.stages import offloaded
-from monitor.stages.conversation import turn_order_key
+from monitor.stages.conversation_state import turn_order_key
 from monitor.stages.ports import Assembled
 from monitor.stages.read_time import read_at
 from monitor.stages.reject import Rejecter
