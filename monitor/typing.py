@@ -7,8 +7,9 @@ and the redaction, so that none of them imports another's classes. See docs/arch
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, runtime_checkable
 
 from aiokafka.structs import TopicPartition
 
@@ -69,6 +70,18 @@ class TraceProcessor(Protocol):
 
     async def process(self, trace: Trace) -> None:
         """Handle one trace; raising marks it failed (it is dead-lettered, never dropped)."""
+        ...
+
+
+@runtime_checkable
+class BatchPreparing(Protocol):
+    """A processor that prepares for a batch of traces at once (its conversations read from the
+    store together) before the score stage hands it the batch's traces one by one."""
+
+    def batch(
+        self, traces: Sequence[tuple[Trace, Collection[TopicPartition]]]
+    ) -> AbstractAsyncContextManager[None]:
+        """Held while the traces (each with the partitions it was read from) are processed."""
         ...
 
 

@@ -13,7 +13,10 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka.errors import TopicAuthorizationFailedError
@@ -85,6 +88,37 @@ async def test_a_trace_cancelled_at_the_deadline_is_not_committed_past() -> None
     assert sorted(stage.done) == ["trace-000000", "trace-000001", "trace-000003", "trace-000004"]
     assert tracker.to_commit() == {TP: 2}, "the cancelled trace is read again, not skipped"
     assert letters.getvalue() == "", "nor dead-lettered"
+
+
+class Preparing(Stage):
+    """Prepares for each batch (`typing.BatchPreparing`); the first preparation never ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.preparations = 0
+
+    @asynccontextmanager
+    async def batch(self, traces: Sequence[tuple[Trace, Collection[TopicPartition]]]) -> Any:
+        self.preparations += 1
+        if self.preparations == 1:
+            await asyncio.Event().wait()
+        yield
+
+
+async def test_a_batch_cancelled_while_it_was_prepared_holds_up_no_later_batch() -> None:
+    """A later batch's traces of the same key wait for the earlier batch's; cancelled before
+    any of them ran (the deadline, while the processor prepared), it must not make them wait
+    for ever."""
+    tracker, letters = OffsetTracker(), io.StringIO()
+    stage = Preparing()
+    intake = ingest(stage, tracker, letters)
+    await intake.handle_batch(messages(tracker, 2))
+    assert not await intake.drain(time.monotonic() + 0.2)
+    assert stage.done == [], "cancelled while the batch was prepared"
+    again = [Routed(r.message, "native") for r in messages(tracker, 2)]  # read again
+    await intake.handle_batch(again)
+    assert await intake.drain(time.monotonic() + 5), "the re-read batch is not held up"
+    assert sorted(stage.done) == ["trace-000000", "trace-000001"]
 
 
 async def test_a_write_refused_for_good_stops_the_daemon_and_leaves_the_trace_unfinished() -> None:

@@ -20,7 +20,8 @@ from monitor.formats.native import decode_native
 from monitor.messages import RawMessage
 from monitor.metrics import AgentLabels
 from monitor.models import AssemblyRecord
-from monitor.stages.conversation import ConversationMetrics, ConversationTracker, start_micros
+from monitor.stages.conversation import ConversationMetrics, ConversationTracker
+from monitor.stages.conversation_state import start_micros
 from monitor.stages.router import ASSEMBLE, REKEY, SCORE, Router
 from monitor.stages.scoring import incomplete, revision
 from monitor.times import datetime_from_ns, micros, micros_from_ns, millis_from_ns

@@ -143,7 +143,7 @@ async def _score_traces(
     from monitor.models import EvaluationResult
     from monitor.offline_otlp import assemble_lines
     from monitor.progress import Progress
-    from monitor.stages.conversation import turn_order_key
+    from monitor.stages.conversation_state import turn_order_key
 
     judged = evaluator in ("llm", "ragas")
     if judged:

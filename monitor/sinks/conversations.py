@@ -2,7 +2,8 @@
 
 The conversation stage (`monitor/stages/conversation.py`) numbers turns and carries
 constraints in memory; this is all it knows of the database. A conversation is loaded whole
-(its turn rows, the turns its stored results carry, its carried constraints), and every write
+(its turn rows, the turns its stored results carry, its carried constraints), the conversations
+of a batch together (`load_many`: one query per table, `IN (...)` lists), and every write
 about one conversation for one processing step (the trace's turn row and result, the rows and
 results of turns it moved, the carried constraints) goes through `write` as one step: one
 database transaction, all or nothing, so a crash leaves the old numbering or the new one, never
@@ -36,6 +37,10 @@ from monitor.sinks.store import (
     stored_results_of,
     turns_table,
 )
+
+IN_CHUNK = 500
+"""Keys per `IN (...)` list: far below SQLite's (32,766) and PostgreSQL's (32,767 with asyncpg)
+bound parameters per statement, and one batch of the score stage rarely holds more."""
 
 
 class TraceIdConflict(DataFault):
@@ -138,44 +143,54 @@ class ConversationStore:
 
     async def load(self, conversation_id: str) -> StoredConversation:
         """The conversation's turn rows, its results' turns and its state, in one snapshot."""
+        return (await self.load_many([conversation_id]))[conversation_id]
 
-        async def read(conn: AsyncConnection) -> StoredConversation:
-            turns = [
-                TurnRow.of(dict(r._mapping))
+    async def load_many(self, conversation_ids: Sequence[str]) -> dict[str, StoredConversation]:
+        """Several conversations as `load` reads one, in one snapshot and one query per table
+        (per `IN_CHUNK` conversations). A conversation with nothing stored comes back empty."""
+
+        async def read(conn: AsyncConnection) -> dict[str, StoredConversation]:
+            turns: dict[str, list[TurnRow]] = {c: [] for c in conversation_ids}
+            result_turns: dict[str, dict[str, set[int | None]]] = {c: {} for c in turns}
+            states: dict[str, str] = {}
+            t, s = results_table, conversation_state_table
+            for chunk in chunked(list(turns)):
                 for r in await conn.execute(
-                    select(turns_table).where(turns_table.c.conversation_id == conversation_id)
-                )
-            ]
-            t = results_table
-            result_turns: dict[str, set[int | None]] = {}
-            for trace_id, turn in await conn.execute(
-                select(t.c.trace_id, t.c.turn).where(t.c.conversation_id == conversation_id)
-            ):
-                result_turns.setdefault(trace_id, set()).add(turn)
-            s = conversation_state_table
-            state = (
-                await conn.execute(select(s.c.state).where(s.c.conversation_id == conversation_id))
-            ).scalar()
-            carried = json.loads(state).get("carried", []) if state else []
-            return StoredConversation(
-                turns, result_turns, [Constraint.model_validate(c) for c in carried]
-            )
+                    select(turns_table).where(turns_table.c.conversation_id.in_(chunk))
+                ):
+                    row = TurnRow.of(dict(r._mapping))
+                    turns[row.conversation_id].append(row)
+                for conversation_id, trace_id, turn in await conn.execute(
+                    select(t.c.conversation_id, t.c.trace_id, t.c.turn).where(
+                        t.c.conversation_id.in_(chunk)
+                    )
+                ):
+                    result_turns[conversation_id].setdefault(trace_id, set()).add(turn)
+                for conversation_id, state in await conn.execute(
+                    select(s.c.conversation_id, s.c.state).where(s.c.conversation_id.in_(chunk))
+                ):
+                    states[conversation_id] = state
+            return {
+                c: StoredConversation(turns[c], result_turns[c], _carried(states.get(c)))
+                for c in turns
+            }
 
-        return await self._store.read(read)
+        return await self._store.read(read) if conversation_ids else {}
 
     async def traces(self, trace_ids: Sequence[str]) -> dict[str, StoredTrace]:
-        """The turn rows and results of these traces (those stored)."""
+        """The turn rows and results of these traces (those stored), one query per table (per
+        `IN_CHUNK` traces)."""
 
         async def read(conn: AsyncConnection) -> dict[str, StoredTrace]:
-            rows = {
-                r.trace_id: TurnRow.of(dict(r._mapping))
-                for r in await conn.execute(
-                    select(turns_table).where(turns_table.c.trace_id.in_(list(trace_ids)))
-                )
-            }
+            rows: dict[str, TurnRow] = {}
             results: dict[str, dict[str, StoredResult]] = {}
-            for stored in await stored_results_of(conn, trace_ids):
-                results.setdefault(stored.result.trace_id, {})[stored.evaluator] = stored
+            for chunk in chunked(list(dict.fromkeys(trace_ids))):
+                for r in await conn.execute(
+                    select(turns_table).where(turns_table.c.trace_id.in_(chunk))
+                ):
+                    rows[r.trace_id] = TurnRow.of(dict(r._mapping))
+                for stored in await stored_results_of(conn, chunk):
+                    results.setdefault(stored.result.trace_id, {})[stored.evaluator] = stored
             return {
                 trace_id: StoredTrace(rows.get(trace_id), results.get(trace_id, {}))
                 for trace_id in set(rows) | set(results)
@@ -210,3 +225,14 @@ class ConversationStore:
                 f"trace {conflict.key[0]!r} is already a turn of another conversation "
                 f"(not written under {step.conversation_id!r})"
             ) from conflict
+
+
+def chunked(keys: list[str]) -> list[list[str]]:
+    """`keys` in slices of at most `IN_CHUNK`, each one `IN (...)` list."""
+    return [keys[i : i + IN_CHUNK] for i in range(0, len(keys), IN_CHUNK)]
+
+
+def _carried(state: str | None) -> list[Constraint]:
+    """The carried constraints of a stored conversation state (none when there is none)."""
+    carried = json.loads(state).get("carried", []) if state else []
+    return [Constraint.model_validate(c) for c in carried]

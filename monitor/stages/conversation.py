@@ -24,18 +24,28 @@ the store when it is next seen, its turn rows and results checked together again
 re-delivered trace keeps its turn, its judge verdicts are reused, and what did not change is
 neither written nor published again.
 
+The score stage hands over each batch first (`ConversationTracker.batch`): the batch's
+conversations not in memory are read together, one query per table, and so are the stored
+turns the batch will move and its traces stored before; a step takes them from memory (kept as
+the steps write them) instead of reading them itself. The batch holds its conversations in
+memory until it is done (neither evicted nor expired: the bound may be exceeded by the
+conversations of the traces in flight). A read overtaken by what it read (the conversation
+dropped, its partition revoked, a trace of it written meanwhile) is not kept; the turn then
+reads for itself, as it does outside a batch. Each step is still written on its own: the
+numbering a step writes is that of the traces stored before it plus its own, so a trace that
+fails (a conflicting trace id, rows the database refuses) fails alone.
+
 Where this sits in the data flow: docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -57,27 +67,16 @@ from monitor.sinks.conversations import (
     TurnRow,
 )
 from monitor.sinks.store import StoredResult
-from monitor.times import micros, micros_from_ns
+from monitor.stages.conversation_state import (
+    ConversationState,
+    turn_order_key,
+)
 from monitor.typing import TurnJudge
 
 log = structlog.get_logger(__name__)
 
 EVALUATOR_RANK = {"heuristic": 0, "ragas": 1, "llm": 2}
 MAX_CARRIED_CONSTRAINTS = 20
-DISAGREE = 0  # a stored trace whose turn row and results carry different turns
-
-
-def start_micros(trace: Trace) -> int:
-    """When the turn started, in microseconds since the epoch: the OTLP root span's start
-    (`Trace.assembly.start_ns`) when known, else `timestamp`."""
-    if trace.assembly is not None and trace.assembly.start_ns is not None:
-        return micros_from_ns(trace.assembly.start_ns)
-    return micros(trace.timestamp)
-
-
-def turn_order_key(trace: Trace) -> tuple[int, int, str]:
-    """The order in which a conversation's traces are processed: explicit turn, start, id."""
-    return (trace.turn or 0, start_micros(trace), trace.trace_id)
 
 
 class ConversationMetrics:
@@ -100,70 +99,6 @@ class ConversationMetrics:
             self.constraint_checks.labels(label, verdict.status).inc()
 
 
-class _Conversation:
-    __slots__ = (
-        "agent",
-        "carried",
-        "evaluators",
-        "explicit",
-        "last_memory",
-        "last_seen",
-        "order",
-        "partitions",
-        "starts",
-        "stored_turns",
-    )
-
-    def __init__(self, agent: str) -> None:
-        self.agent = agent
-        self.order: list[tuple[int, str]] = []  # (start µs, trace id) of turns numbered by start
-        self.starts: dict[str, int] = {}  # trace id -> start µs, for the same turns
-        self.explicit: dict[str, int] = {}  # trace id -> turn given by the producer
-        self.evaluators: dict[str, str] = {}  # trace id -> evaluator of its turn row
-        # trace id -> the turn its row and results carry in the store (DISAGREE: they differ)
-        self.stored_turns: dict[str, int] = {}
-        self.carried: list[Constraint] = []  # user-stated constraints extracted by the judge
-        self.last_seen = time.monotonic()
-        self.last_memory: int | None = None
-        self.partitions: set[TopicPartition] = set()  # where its traces were read
-
-    @property
-    def last_turn(self) -> int:
-        return max(len(self.order), max(self.explicit.values(), default=0))
-
-    def turn_of(self, trace_id: str) -> int | None:
-        if trace_id in self.explicit:
-            return self.explicit[trace_id]
-        start = self.starts.get(trace_id)
-        if start is None:
-            return None
-        return bisect.bisect_left(self.order, (start, trace_id)) + 1
-
-    def place(self, trace: Trace) -> tuple[int, bool]:
-        """Number the trace: (turn, whether it is new here). Later turns move up."""
-        if trace.turn is not None:
-            new = trace.trace_id not in self.explicit
-            self.explicit[trace.trace_id] = trace.turn
-            return trace.turn, new
-        known = self.turn_of(trace.trace_id)
-        if known is not None:
-            return known, False
-        start = start_micros(trace)
-        index = bisect.bisect_left(self.order, (start, trace.trace_id))
-        self.order.insert(index, (start, trace.trace_id))
-        self.starts[trace.trace_id] = start
-        return index + 1, True
-
-    def unplace(self, trace: Trace) -> None:
-        """Undo a `place` whose turn was never recorded (its processing failed)."""
-        if trace.turn is not None:
-            self.explicit.pop(trace.trace_id, None)
-            return
-        start = self.starts.pop(trace.trace_id, None)
-        if start is not None:
-            self.order.remove((start, trace.trace_id))
-
-
 class Turn:
     """One trace's turn while it is processed; the conversation waits for it to finish.
 
@@ -178,7 +113,7 @@ class Turn:
         self,
         tracker: ConversationTracker,
         conversation_id: str,
-        conv: _Conversation,
+        conv: ConversationState,
         trace: Trace,
         stored: StoredTrace,
     ) -> None:
@@ -234,6 +169,16 @@ class Step:
     count: bool
 
 
+@dataclass
+class _Watch:
+    """What was dropped, revoked or written while a batch read the store: none of it may come
+    back from that (older) read."""
+
+    dropped: set[str] = field(default_factory=set)
+    revoked: set[TopicPartition] = field(default_factory=set)
+    written: set[str] = field(default_factory=set)  # trace ids
+
+
 class _TurnLock:
     __slots__ = ("lock", "users")
 
@@ -254,8 +199,9 @@ class ConversationTracker:
         self._metrics = metrics
         self._store = store
         self._judge = judge
-        self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
-        self._locks: dict[str, _TurnLock] = {}
+        self._conversations: OrderedDict[str, ConversationState] = OrderedDict()
+        self._locks: dict[str, _TurnLock] = {}  # conversations in use: never evicted
+        self._watches: list[_Watch] = []
 
     def __len__(self) -> int:
         return len(self._conversations)
@@ -268,10 +214,7 @@ class ConversationTracker:
         if conversation_id is None:
             yield None
             return
-        held = self._locks.get(conversation_id)
-        if held is None:
-            held = self._locks[conversation_id] = _TurnLock()
-        held.users += 1
+        held = self._hold(conversation_id)
         try:
             async with held.lock:
                 conv = await self._conversation(conversation_id, trace.agent)
@@ -279,7 +222,7 @@ class ConversationTracker:
                 stored = StoredTrace()
                 if self._store is not None and trace.trace_id in conv.stored_turns:
                     # stored before: a re-delivery (its results decide what is new)
-                    found = await self._store.traces([trace.trace_id])
+                    found = await self._stored_traces(conv, [trace.trace_id])
                     stored = found.get(trace.trace_id, stored)
                 number, new = conv.place(trace)
                 numbered = (
@@ -293,9 +236,148 @@ class ConversationTracker:
                         conv.unplace(trace)
                     raise
         finally:
-            held.users -= 1
-            if held.users == 0:
-                del self._locks[conversation_id]
+            self._let_go(conversation_id)
+
+    def _hold(self, conversation_id: str) -> _TurnLock:
+        """Mark the conversation in use (a turn of it, or a batch that holds one): it is
+        neither evicted nor expired until `_let_go`."""
+        held = self._locks.get(conversation_id)
+        if held is None:
+            held = self._locks[conversation_id] = _TurnLock()
+        held.users += 1
+        return held
+
+    def _let_go(self, conversation_id: str) -> None:
+        held = self._locks[conversation_id]
+        held.users -= 1
+        if held.users == 0:
+            del self._locks[conversation_id]
+            conv = self._conversations.get(conversation_id)
+            if conv is not None:
+                conv.known = None  # kept only while a batch or a turn uses it
+
+    @asynccontextmanager
+    async def batch(
+        self, traces: Sequence[tuple[Trace, Collection[TopicPartition]]]
+    ) -> AsyncIterator[None]:
+        """Hold the conversations of a batch of traces (each with the partitions it was read
+        from) in memory while the batch is processed. Those not in memory are read from the
+        store together, one query per table; so are the stored turns the batch will renumber
+        and its traces stored before (re-delivered), which its steps then take from memory.
+        None of them is evicted or expired before the batch is done (the bound may be exceeded
+        by the conversations of the traces in flight). Turns are still numbered one by one by
+        `turn`, which reads a conversation itself when the batch could not (it was dropped
+        meanwhile, or the read failed)."""
+        groups: dict[str, list[Trace]] = {}
+        partitions: dict[str, set[TopicPartition]] = {}
+        for trace, read_from in traces:
+            if trace.conversation_id is not None:
+                groups.setdefault(trace.conversation_id, []).append(trace)
+                partitions.setdefault(trace.conversation_id, set()).update(read_from)
+        for conversation_id in groups:
+            self._hold(conversation_id)
+        try:
+            if self._store is not None:
+                try:
+                    await self._preload(self._store, groups, partitions)
+                except Exception as exc:  # each turn reads for itself, and fails alone
+                    log.warning("reading a batch's conversations failed", error=repr(exc))
+            yield
+        finally:
+            for conversation_id in groups:
+                self._let_go(conversation_id)
+            self._evict_over_limit()  # what the batch held beyond the bound
+            self._metrics.active.set(len(self._conversations))
+
+    async def _preload(
+        self,
+        store: ConversationStore,
+        groups: dict[str, list[Trace]],
+        partitions: dict[str, set[TopicPartition]],
+    ) -> None:
+        """Read the conversations of `groups` that are not in memory, then the stored traces
+        their steps will need; keep what nothing dropped or wrote meanwhile."""
+        missing = [c for c in groups if c not in self._conversations]
+        if missing:
+            with self._watching() as watch:
+                stored = await store.load_many(missing)
+            for conversation_id in missing:
+                if (
+                    conversation_id in self._conversations  # read by a turn meanwhile
+                    or conversation_id in watch.dropped
+                    or partitions[conversation_id] & watch.revoked
+                ):
+                    continue
+                first = min(groups[conversation_id], key=turn_order_key)
+                conv = ConversationState.of(conversation_id, first.agent, stored[conversation_id])
+                conv.partitions.update(partitions[conversation_id])
+                self._conversations[conversation_id] = conv
+            self._evict_over_limit()
+            self._metrics.active.set(len(self._conversations))
+        wanted: dict[str, list[str]] = {}
+        for conversation_id, batch_traces in groups.items():
+            held = self._conversations.get(conversation_id)
+            if held is not None:
+                needed = held.needed_by(batch_traces)
+                if needed:
+                    wanted[conversation_id] = needed
+        if not wanted:
+            return
+        with self._watching() as watch:
+            found = await store.traces([t for ids in wanted.values() for t in ids])
+        for conversation_id, ids in wanted.items():
+            held = self._conversations.get(conversation_id)
+            if held is None or conversation_id in watch.dropped:
+                continue
+            known = held.known if held.known is not None else {}
+            for trace_id in ids:
+                if trace_id not in watch.written:
+                    known[trace_id] = found.get(trace_id, StoredTrace())
+            held.known = known
+
+    @contextmanager
+    def _watching(self) -> Iterator[_Watch]:
+        """What is dropped, revoked or written while a batch reads the store."""
+        watch = _Watch()
+        self._watches.append(watch)
+        try:
+            yield watch
+        finally:
+            self._watches.remove(watch)
+
+    async def _stored_traces(
+        self, conv: ConversationState, trace_ids: Sequence[str]
+    ) -> dict[str, StoredTrace]:
+        """What is stored of these traces of the conversation: from what its batch read, when
+        that has them all (kept as the steps write), else from the store."""
+        assert self._store is not None
+        known = conv.known
+        if known is not None and all(t in known for t in trace_ids):
+            found = {t: known[t] for t in trace_ids}
+            return {t: s for t, s in found.items() if s.turn is not None or s.results}
+        return await self._store.traces(trace_ids)
+
+    def _written(self, conv: ConversationState, step: ConversationStep) -> None:
+        """Keep what the conversation's batch read as the store has it after `step`."""
+        for watch in self._watches:
+            watch.written.update(r.trace_id for r in step.turns)
+            watch.written.update(s.result.trace_id for s in step.results)
+        known = conv.known
+        if known is None:
+            return
+        for row in step.turns:
+            if row.trace_id in known:
+                known[row.trace_id] = replace(known[row.trace_id], turn=row)
+        for stored in step.results:
+            trace_id = stored.result.trace_id
+            if trace_id in known:
+                results = {**known[trace_id].results, stored.evaluator: stored}
+                known[trace_id] = replace(known[trace_id], results=results)
+
+    def _dropped(self, conversation_id: str) -> None:
+        del self._conversations[conversation_id]
+        for watch in self._watches:
+            watch.dropped.add(conversation_id)
 
     async def observe(self, trace: Trace, result: EvaluationResult) -> None:
         """Number the trace's turn and record one result for it (no store, no publishing)."""
@@ -306,7 +388,7 @@ class ConversationTracker:
     async def _prepare(
         self,
         turn: Turn,
-        conv: _Conversation,
+        conv: ConversationState,
         stored: StoredTrace,
         result: EvaluationResult,
         count: bool,
@@ -333,7 +415,7 @@ class ConversationTracker:
         moved_results: list[StoredResult] = []
         if moved and self._store is not None:
             new = trace.trace_id not in conv.stored_turns
-            found_traces = await self._store.traces(sorted({*moved, trace.trace_id}))
+            found_traces = await self._stored_traces(conv, sorted({*moved, trace.trace_id}))
             owner = found_traces.get(trace.trace_id, StoredTrace()).turn
             if new and owner is not None and owner.conversation_id != turn.conversation_id:
                 # the step would fail on it: say so before anything of it is published
@@ -359,7 +441,7 @@ class ConversationTracker:
     async def _commit(
         self,
         turn: Turn,
-        conv: _Conversation,
+        conv: ConversationState,
         step: Step,
         stored: StoredResult | None,
         unchanged: bool,
@@ -374,6 +456,7 @@ class ConversationTracker:
             write = ConversationStep(turn.conversation_id, conv.agent, rows, results, step.carried)
             if write:
                 await self._store.write(write, owned=current_owner())
+                self._written(conv, write)
         turn.recorded = True
         previous = conv.evaluators.get(trace.trace_id)
         if step.row is not None:
@@ -392,7 +475,7 @@ class ConversationTracker:
         if step.row is not None and previous != step.result.evaluator and step.count:
             self._export(trace, number, step, first_time=previous is None)
 
-    async def _conversation(self, conversation_id: str, agent: str) -> _Conversation:
+    async def _conversation(self, conversation_id: str, agent: str) -> ConversationState:
         conv = self._conversations.get(conversation_id)
         if conv is None:
             conv = await self._load(conversation_id, agent)
@@ -406,7 +489,7 @@ class ConversationTracker:
 
     async def _constraints(
         self,
-        conv: _Conversation,
+        conv: ConversationState,
         trace: Trace,
         result: EvaluationResult,
     ) -> tuple[list[ConstraintVerdict], dict[str, float], Any, list[Constraint] | None]:
@@ -446,7 +529,7 @@ class ConversationTracker:
         result: EvaluationResult,
         verdicts: Sequence[ConstraintVerdict],
         outcomes: dict[str, float],
-        conv: _Conversation,
+        conv: ConversationState,
     ) -> TurnRow:
         supported = sum(1 for s in result.statements if s.supported)
         unsupported = len(result.statements) - supported
@@ -499,36 +582,11 @@ class ConversationTracker:
             m.memory.labels(agent).observe(trace.memory_tokens)
         m.count_constraint_checks(trace.agent, step.verdicts)
 
-    async def _load(self, conversation_id: str, agent: str) -> _Conversation:
-        """The conversation as stored. Traces whose turn row and results disagree, or whose
-        number is not the one the rule gives (a renumbering cut short by two writers during a
-        rebalance, or rows from before turn rows were keyed by trace), are rewritten by the
-        conversation's next step."""
-        conv = _Conversation(agent)
+    async def _load(self, conversation_id: str, agent: str) -> ConversationState:
+        """The conversation as stored (see `ConversationState.of`)."""
         if self._store is None:
-            return conv
-        stored = await self._store.load(conversation_id)
-        for row in stored.turns:
-            if row.start_us is not None:
-                conv.starts[row.trace_id] = row.start_us
-            else:  # numbered by the producer (or stored before numbering by start)
-                conv.explicit[row.trace_id] = row.turn
-        conv.order = sorted((start, trace_id) for trace_id, start in conv.starts.items())
-        for row in sorted(stored.turns, key=lambda r: r.turn):
-            conv.evaluators[row.trace_id] = row.evaluator
-            agree = stored.result_turns.get(row.trace_id, {row.turn}) == {row.turn}
-            conv.stored_turns[row.trace_id] = row.turn if agree else DISAGREE
-            if row.turn >= conv.last_turn:
-                conv.last_memory = row.memory_tokens
-        misplaced = sum(1 for t, n in conv.stored_turns.items() if conv.turn_of(t) != n)
-        if misplaced:
-            log.warning(
-                "conversation turns to renumber on load",
-                conversation_id=conversation_id,
-                turns=misplaced,
-            )
-        conv.carried = stored.carried
-        return conv
+            return ConversationState(agent)
+        return ConversationState.of(conversation_id, agent, await self._store.load(conversation_id))
 
     def _evict_over_limit(self) -> None:
         excess = len(self._conversations) - self._config.max_conversations
@@ -541,7 +599,7 @@ class ConversationTracker:
                 if len(victims) == excess:
                     break
         for conversation_id in victims:
-            del self._conversations[conversation_id]  # its state is in the store already
+            self._dropped(conversation_id)  # its state is in the store already
             self._metrics.evicted.labels("lru").inc()
 
     async def expire(self, now: float | None = None) -> int:
@@ -552,8 +610,8 @@ class ConversationTracker:
             if now - conv.last_seen < self._config.idle_seconds:
                 break
             if conversation_id in self._locks:
-                continue  # a turn of it is being processed right now
-            del self._conversations[conversation_id]
+                continue  # a turn of it is being processed right now, or a batch holds it
+            self._dropped(conversation_id)
             ended += 1
             if conv.last_memory is not None:
                 self._metrics.final_memory.labels(self._metrics.agent_label(conv.agent)).observe(
@@ -568,9 +626,11 @@ class ConversationTracker:
         replica's now, and if the partitions come back the store has what it wrote meanwhile.
         A conversation reloads when seen again; every step was written as it committed, so
         nothing is left to save. Returns how many were dropped."""
+        for watch in self._watches:
+            watch.revoked.update(revoked)
         gone = [key for key, conv in self._conversations.items() if conv.partitions & revoked]
         for conversation_id in gone:
-            del self._conversations[conversation_id]
+            self._dropped(conversation_id)
         self._metrics.active.set(len(self._conversations))
         return len(gone)
 

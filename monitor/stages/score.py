@@ -11,7 +11,9 @@ which reads it again. A fetched batch is decoded at once and handed to one task;
 keep up; the costly judge sheds load on its own).
 
 Traces of one conversation are processed one at a time, in the order of their start (within a
-batch; across batches in the order read), while different conversations run concurrently. Each
+batch; across batches in the order read), while different conversations run concurrently. A
+processor that prepares for batches (`typing.BatchPreparing`: the conversations of the batch
+read from the store together) is handed the batch before its traces. Each
 trace is processed under the claim of the partitions it was read from (`faults.owned_while`),
 which the sinks check before they write and the conversation stage keeps its state by; a
 revocation forgets the state of the revoked partitions only. Each is processed knowing when it
@@ -24,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -41,12 +44,12 @@ from monitor.models import Trace
 from monitor.sinks.produce import ProduceRejected
 from monitor.sources.offsets import OffsetTracker
 from monitor.stages import offloaded
-from monitor.stages.conversation import turn_order_key
+from monitor.stages.conversation_state import turn_order_key
 from monitor.stages.ports import Assembled
 from monitor.stages.read_time import read_at
 from monitor.stages.reject import Rejecter
 from monitor.telemetry import context_from_headers
-from monitor.typing import TraceProcessor
+from monitor.typing import BatchPreparing, TraceProcessor
 
 log = structlog.get_logger(__name__)
 
@@ -223,10 +226,31 @@ class ScoreStage:
                         del self._tails[key]
 
         workers = min(len(chained), BATCH_WORKERS)
-        if workers == 1:
-            await worker()
-        else:
-            await asyncio.gather(*(worker() for _ in range(workers)))
+        try:
+            async with self._prepared(work):
+                if workers == 1:
+                    await worker()
+                else:
+                    await asyncio.gather(*(worker() for _ in range(workers)))
+        finally:  # cancelled (shutdown) before a worker took them: later batches need not wait
+            for key, _, _, done in chained:
+                if not done.done():
+                    done.set_result(None)
+                    if self._tails.get(key) is done:
+                        del self._tails[key]
+
+    @asynccontextmanager
+    async def _prepared(self, work: list[_Work]) -> AsyncIterator[None]:
+        """The processor prepared for the batch (its conversations read together), when it
+        prepares for batches; the traces already abandoned are left out."""
+        if not isinstance(self._processor, BatchPreparing):
+            yield
+            return
+        traces = [
+            (item.trace, [tp for tp, _ in item.generations]) for item in work if self._owned(item)
+        ]
+        async with self._processor.batch(traces):
+            yield
 
     async def _process_and_release(self, item: _Work) -> None:
         try:

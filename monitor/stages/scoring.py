@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import structlog
+from aiokafka.structs import TopicPartition
 
 from monitor.estimates.recorder import EstimateRecorder
 from monitor.evaluators.sampler import Sampler
@@ -180,6 +181,18 @@ class ScoringProcessor:
                     judging.cancel()  # the trace failed: its verdict is kept by the judge
                 elif judging is not None and not judging.cancelled():
                     judging.exception()  # retrieved: the trace's own failure is what counts
+
+    @asynccontextmanager
+    async def batch(
+        self, traces: Sequence[tuple[Trace, Collection[TopicPartition]]]
+    ) -> AsyncIterator[None]:
+        """Held while the score stage processes a batch: the conversations of its traces are
+        read together and kept in memory (`ConversationTracker.batch`)."""
+        if self._conversations is None:
+            yield
+            return
+        async with self._conversations.batch(traces):
+            yield
 
     def _count_constraints(self, result: EvaluationResult) -> None:
         if self._count_constraint_checks is not None:
