@@ -264,7 +264,9 @@ class Daemon:
     async def _run_kafka(self, stack: AsyncExitStack, tracer: Tracer | None) -> ExitCode:
         """Two consumer groups, each one loop: the scoring group (native topics and the traces
         topic; OTLP found there is re-keyed) and, when OTLP can arrive, the OTLP group (OTLP
-        topics re-keyed, the spans topic assembled)."""
+        topics re-keyed, the spans topic assembled). A single replica (`kafka.single_replica`)
+        runs one loop, the scoring group reading every input topic, its OTLP re-keyed,
+        assembled and scored in process as a file replay does."""
         config = self.settings.kafka
         kafka_kwargs = producer_kwargs(config)
         processor = await self._start_services(stack, producer_kwargs=kafka_kwargs)
@@ -287,7 +289,23 @@ class Daemon:
         scoring_stages: dict[StageName, Stage] = {SCORE: score}
         otlp_stages: dict[StageName, Stage] = {}
         otlp_rejecter = rejecter
-        if config.otlp_stage_enabled:
+        by_name: dict[str, KafkaSource] = {}  # the sources, made once their loops are
+        if config.otlp_stage_enabled and config.single_replica:
+            assemble = AssembleStage(
+                kafka=config,
+                metrics=self.metrics,
+                otlp_metrics=self.otlp_metrics,
+                rejecter=rejecter,
+                tracker=self.tracker,
+                output=score,
+                awaits_events=bool(config.otlp_logs_topics),
+                scored_whole=self._scored_whole(),
+                read_before=lambda msg: by_name["scoring"].read_before(msg),
+            )
+            direct = InProcess(assemble.take_parts, score.take_natives)
+            scoring_stages[REKEY] = RekeyStage(direct, rejecter, self.tracker, self.metrics)
+            scoring_stages[ASSEMBLE] = assemble
+        elif config.otlp_stage_enabled:
             await ensure_internal_topics(self.settings)
             spans_topic, traces_topic = config.effective_spans_topic, config.effective_traces_topic
             writer = TopicWriter(
@@ -342,7 +360,9 @@ class Daemon:
             )
             # A loop reading the spans topic: parts of released traces must not come back as
             # fragments, and a revocation waits for what is being handed on, not for assembly.
+            # A single replica assembling OTLP exports finishes them out of order too.
             reads_parts = ASSEMBLE in plan.stages
+            assembles_in_process = reads_parts and SCORE in plan.stages
             source = KafkaSource(
                 config,
                 tracker,
@@ -351,10 +371,12 @@ class Daemon:
                 group_id=plan.group_id,
                 topics=list(plan.topics),
                 name=name,
-                busy=loop.busy if reads_parts else None,
+                busy=loop.busy if reads_parts and not assembles_in_process else None,
                 skip_finished=reads_parts,
+                expects_every_partition=assembles_in_process,
             )
             runs.append((loop, source))
+            by_name[name] = source
         stack.callback(self._left_groups)  # once both consumers left (they close first)
         for _, source in runs:
             await stack.enter_async_context(
