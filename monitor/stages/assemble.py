@@ -48,7 +48,7 @@ from monitor.offload import offload
 from monitor.sinks.writer import OutRecord, TopicWriter
 from monitor.sources.offsets import OffsetTracker
 from monitor.stages import offloaded
-from monitor.stages.parts import REVISION_HEADER, PartToken, part_token
+from monitor.stages.parts import REVISION_HEADER, PartToken, header_shapes, part_token
 from monitor.stages.ports import Assembled, AssembledOutput, SplitMessage
 from monitor.stages.reject import Rejecter, in_input_format
 from monitor.typing import WholeTraceCheck
@@ -143,6 +143,12 @@ class AssembleStage:
                     await self._rejecter.reject(msg, parts, origin=token.origin, value=msg.value)
                     continue
                 await self._add_all(parts, token, now, group=msg.tp, events=True)
+                continue
+            shapes = header_shapes(msg)
+            if shapes and msg.key is not None and msg.value is not None:
+                # written by the re-key stage, checked there: not parsed until it is mapped
+                part = TracePart(msg.key.decode("ascii", "replace"), msg.value, shapes)
+                await self._add_all([part], token, now, group=msg.tp)
                 continue
             split = await offloaded.split(msg, "otlp_proto")
             if isinstance(split, DecodeError):
