@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
+from opentelemetry.sdk.trace import ReadableSpan
 
 from monitor.sinks.store import results_table
 from tests.support.faults import committed_to_end, native_message, topic_records, wait_until
@@ -193,27 +194,13 @@ def test_spans_re_read_after_a_kill_of_a_trace_stored_whole_are_not_scored_as_a_
     replica = pipeline.replica("crash", RAGMON_KAFKA__OTLP_ASSEMBLY_MAX_SECONDS="60")
     with running(replica):
         asyncio.run(produce(pipeline.bootstrap, pipeline.otlp, [carrier], partition=0))
-        asyncio.run(
-            produce(
-                pipeline.bootstrap,
-                pipeline.otlp,
-                [encode(stored.early(), "otlp_proto")],
-                partition=1,
-            )
-        )
+        _send(pipeline, stored.early(), partition=1)
         wait_until(lambda: committed_to_end_of(pipeline, 1), 60, "the retriever's export")
         time.sleep(1.5)  # three commit intervals: the carrier's offset is read, not finished
         replica.kill()
         replica.start()
         replica.wait_ready(90)
-        asyncio.run(
-            produce(
-                pipeline.bootstrap,
-                pipeline.otlp,
-                [encode(waiting.late(), "otlp_proto")],
-                partition=2,
-            )
-        )
+        _send(pipeline, waiting.late(), partition=2)
         wait_until(
             lambda: committed_to_end(pipeline.bootstrap, pipeline.group, pipeline.otlp),
             60,
@@ -225,6 +212,12 @@ def test_spans_re_read_after_a_kill_of_a_trace_stored_whole_are_not_scored_as_a_
     check_results(pipeline, [stored, waiting])
     assert skipped == 1, "the first trace's spans read again: skipped, not scored"
     assert topic_records(pipeline.bootstrap, pipeline.dlq) == []
+
+
+def _send(pipeline: Pipeline, spans: list[ReadableSpan], partition: int) -> None:
+    """One export of these spans to one partition of the OTLP topic."""
+    value = encode(spans, "otlp_proto")
+    asyncio.run(produce(pipeline.bootstrap, pipeline.otlp, [value], partition=partition))
 
 
 def committed_to_end_of(pipeline: Pipeline, partition: int) -> bool:
