@@ -1,22 +1,35 @@
-"""Ingest throughput: the daemon's consume/decode/dispatch path versus a bare aiokafka consumer.
-
-Both read the same messages (1-2 KB native traces, 6 partitions) from one broker in one run;
-the figure that matters is the ratio (target >= 0.5), since this machine's absolute speed varies.
+"""Throughput from Kafka, in one run: the bare consumer, ingest, and scored end to end for native
+and OpenTelemetry input, each as traces/s and as a ratio to the bare consumer; tier 0's CPU per
+trace; the OTLP assembler's memory.
 
     python bench/ingest.py                      # starts the test broker (scripts/setup-kafka.sh)
-    python bench/ingest.py --bootstrap HOST:PORT --traces 100000
-    python bench/ingest.py --scoring --traces 5000
-    python bench/ingest.py --otlp --traces 20000
+    python bench/ingest.py --rounds 3 --traces 30000 --scored 3000
+    python bench/ingest.py --bootstrap HOST:PORT
+    python bench/ingest.py --tree DIR           # another source tree's `monitor` (before/after)
 
-``--scoring`` also runs the whole default stage (tier 0 on every trace, results stored in a
-SQLite file, conversations tracked; no judge, no results topic) and prints traces/s from the
-first to the last stored result: what one replica scores end to end.
+Every figure is the median of ``--rounds`` rounds (with the range); the rows of a round run one
+after the other on one broker, so compare the ratios, not the absolute figures:
 
-``--otlp`` writes the same number of RAG traces as OpenTelemetry spans (the real SDK and OTLP
-encoder; four spans a trace, 20 traces an export message, as a Collector batches them) and
-prints traces/s through both OTLP stages (split and re-keyed through the spans topic,
-assembled, produced to the traces topic, read by the scoring stage) against the native path in
-the same run; then the peak memory the assembler holds with 10,000 traces pending.
+- **bare aiokafka consumer**: messages/s of a consumer that decodes nothing, on the
+  ``--traces`` native traces (1-2 KB, 6 partitions).
+- **ingest**: the daemon's consume, route, decode and dispatch path on the same messages, with
+  a processor that only counts (no scoring).
+- **scored end to end**: the default scoring stage (tier 0 on every trace, results stored in a
+  SQLite file, conversations tracked, results published to a results topic as in production;
+  no judge), traces/s from the first message read to the last trace processed (and the
+  bench process's CPU per trace over the same span: the daemon runs in it, so other work on
+  the machine does not inflate it), on ``--scored`` RAG turns, three a
+  conversation: as native JSON, and as OpenTelemetry spans (the real SDK and OTLP encoder, four
+  spans a turn, 20 turns an export message, as a Collector batches them) through both OTLP
+  topologies: the internal topics (split and re-keyed to the spans topic, assembled, produced
+  to the traces topic, read back by the scoring stage) and the single replica
+  (``kafka.single_replica``: assembled and scored in process). The native traces are the OTLP
+  turns as the monitor maps them, so both score the same content.
+- **tier 0 CPU per trace**: ``bench/tier0_cpu.py``'s ``stream`` measurement (thread time per
+  labelled dev trace, English and Japanese), one process per round.
+- **assembly buffer**: peak memory the OTLP assembler holds with 10,000 traces pending.
+
+A tree without ``kafka.single_replica`` (before issue 26) skips its rows.
 """
 
 from __future__ import annotations
@@ -24,40 +37,53 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import io
 import json
+import os
+import statistics
 import sys
 import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
-from prometheus_client import CollectorRegistry
-from pydantic import SecretStr
+REPO = Path(__file__).resolve().parents[1]
+_tree = os.environ.get("RAGMON_BENCH_TREE")
+sys.path[:0] = [str(Path(_tree).resolve())] if _tree else []
+sys.path.insert(1 if _tree else 0, str(REPO))
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aiokafka import AIOKafkaConsumer  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
+from pydantic import SecretStr  # noqa: E402
 
-from monitor.daemon import Daemon, SourceSpec
-from monitor.formats.otlp import decode_otlp
-from monitor.formats.otlp_split import split_by_trace
-from monitor.logs import configure_logging
-from monitor.messages import RawMessage
-from monitor.metrics import Metrics
-from monitor.models import Trace
-from monitor.sources.offsets import OffsetTracker
-from monitor.stages.assemble import AssembleStage, OtlpMetrics
-from monitor.stages.parts import PartToken
-from monitor.stages.reject import Rejecter
-from tests.support.kafka_io import create_topics, produce
-from tests.support.otlp_spans import App, encode
-from tests.support.otlp_turns import MS, langchain_turn
-from tests.support.recorder import LetterRecorder
-from tests.support.traces import daemon_settings, native_trace
+from bench.tier0_cpu import percentile  # noqa: E402
+from bench.tier0_cpu import run_worker as tier0_worker  # noqa: E402
+from monitor.config import KafkaConfig, Settings  # noqa: E402
+from monitor.daemon import Daemon, SourceSpec  # noqa: E402
+from monitor.formats.otlp import decode_otlp  # noqa: E402
+from monitor.formats.otlp_split import split_by_trace  # noqa: E402
+from monitor.logs import configure_logging  # noqa: E402
+from monitor.messages import RawMessage  # noqa: E402
+from monitor.metrics import Metrics  # noqa: E402
+from monitor.models import Trace  # noqa: E402
+from monitor.offline_otlp import assemble_lines  # noqa: E402
+from monitor.sources.offsets import OffsetTracker  # noqa: E402
+from monitor.stages.assemble import AssembleStage, OtlpMetrics  # noqa: E402
+from monitor.stages.parts import PartToken  # noqa: E402
+from monitor.stages.reject import Rejecter  # noqa: E402
+from tests.support.kafka_io import create_topics, produce  # noqa: E402
+from tests.support.otlp_spans import App, encode  # noqa: E402
+from tests.support.otlp_turns import MS, Turn, langchain_turn  # noqa: E402
+from tests.support.recorder import LetterRecorder  # noqa: E402
+from tests.support.traces import daemon_settings, native_trace  # noqa: E402
 
 PARTITIONS = 6
+TRACES_PER_EXPORT = 20
+PENDING_TRACES = 10_000
+SINGLE_REPLICA = "single_replica" in KafkaConfig.model_fields
 
 
 def _payload(n: int) -> bytes:
@@ -72,18 +98,52 @@ def _payload(n: int) -> bytes:
     return json.dumps(trace).encode()
 
 
-async def until_done(clock: Clock, daemon_task: asyncio.Task[int]) -> None:
-    """Wait for the last trace; a daemon that stops early raises here instead of hanging."""
-    waiting = asyncio.create_task(clock.done.wait())
-    await asyncio.wait([waiting, daemon_task], return_when=asyncio.FIRST_COMPLETED)
-    if not waiting.done():
-        waiting.cancel()
-        daemon_task.result()
-        raise RuntimeError(f"the daemon stopped after {clock.count} of {clock.expected} traces")
+# ------------------------------------------------------------------------------- the inputs
+
+
+def _turns(count: int) -> list[Turn]:
+    app = App()
+    start = time.time_ns()
+    return [
+        langchain_turn(app, n, session=f"conv-{n // 3}", start_ns=start + n * MS)
+        for n in range(count)
+    ]
+
+
+def otlp_exports(turns: list[Turn], fmt: str = "otlp_proto") -> list[bytes]:
+    """The turns as OTLP export messages of 20 turns each."""
+    return [
+        encode([span for turn in turns[i : i + TRACES_PER_EXPORT] for span in turn.spans], fmt)  # type: ignore[arg-type]
+        for i in range(0, len(turns), TRACES_PER_EXPORT)
+    ]
+
+
+async def as_native(turns: list[Turn]) -> list[tuple[bytes, bytes]]:
+    """The turns as the monitor maps them, as native JSON messages keyed by conversation."""
+    lines = [
+        (RawMessage("file", 0, n, None, value), "otlp_spans")
+        for n, value in enumerate(otlp_exports(turns, "otlp_json"))
+    ]
+    settings = daemon_settings("localhost:1", ["t"], "g", "dlq")
+    errors = io.StringIO()
+    metrics = Metrics(CollectorRegistry())
+    traces, rejected = await assemble_lines(lines, settings, metrics, errors)  # type: ignore[arg-type]
+    assert not rejected and len(traces) == len(turns), errors.getvalue()
+    traces.sort(key=lambda t: t.timestamp)
+    return [
+        (
+            t.partition_key.encode(),
+            t.model_dump_json(exclude_none=True, exclude={"assembly"}).encode(),
+        )
+        for t in traces
+    ]
+
+
+# ---------------------------------------------------------------------------------- the runs
 
 
 class Clock:
-    """Stage that only records when the first and the last trace arrived."""
+    """Processor that only records when the first and the last trace arrived."""
 
     def __init__(self, expected: int) -> None:
         self.expected = expected
@@ -125,13 +185,24 @@ async def bare_consumer(bootstrap: str, topic: str, expected: int) -> float:
     return expected / (time.perf_counter() - first)
 
 
-async def daemon_path(bootstrap: str, topic: str, expected: int) -> float:
-    group = f"daemon-{uuid.uuid4().hex[:6]}"
-    settings = daemon_settings(bootstrap, [topic], group, f"{topic}.dlq", format="auto")
+async def _until(
+    done: Callable[[], Coroutine[Any, Any, object]], daemon_task: asyncio.Task[int]
+) -> None:
+    """Wait for `done`; a daemon that stops early raises here instead of hanging."""
+    waiting = asyncio.create_task(done())
+    await asyncio.wait([waiting, daemon_task], return_when=asyncio.FIRST_COMPLETED)
+    if not waiting.done():
+        waiting.cancel()
+        daemon_task.result()
+        raise RuntimeError("the daemon stopped before the last trace")
+
+
+async def ingest(settings: Settings, expected: int) -> float:
+    """Traces/s through the daemon's path up to a processor that only counts."""
     clock = Clock(expected)
     daemon = Daemon(settings, SourceSpec("kafka"), processor=clock, registry=CollectorRegistry())
     task = asyncio.create_task(daemon.run())
-    await until_done(clock, task)
+    await _until(clock.done.wait, task)
     daemon.request_stop()
     await task
     assert clock.first is not None and clock.last is not None
@@ -144,67 +215,98 @@ async def _poll(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.005)
 
 
-async def scoring_path(bootstrap: str, topic: str, expected: int) -> float:
+async def scored(settings: Settings, expected: int, results_topic: str) -> float:
     """Traces/s through the default scoring stage, from the first processed to the last."""
     with tempfile.TemporaryDirectory() as workdir:
-        settings = daemon_settings(
-            bootstrap, [topic], f"scoring-{uuid.uuid4().hex[:6]}", f"{topic}.dlq", format="auto"
-        ).model_copy(deep=True)
+        settings = settings.model_copy(deep=True)
         settings.store.url = SecretStr(f"sqlite+aiosqlite:///{Path(workdir) / 'results.db'}")
-        settings.results.topic = None
+        settings.results.topic = results_topic
         daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
         task = asyncio.create_task(daemon.run())
 
-        def processed() -> float:
-            sample = daemon.metrics.registry.get_sample_value(
-                "ragmon_traces_processed_total", {"agent": "default", "outcome": "ok"}
+        def total(name: str, **labels: str) -> float:  # every agent's, every topic's
+            return sum(
+                sample.value
+                for metric in daemon.metrics.registry.collect()
+                if metric.name == name
+                for sample in metric.samples
+                if sample.name.endswith("_total")
+                and all(sample.labels.get(k) == v for k, v in labels.items())
             )
-            return sample or 0.0
 
-        await _poll(lambda: processed() > 0)
-        first = time.perf_counter()
-        await _poll(lambda: processed() >= expected)
+        # From the first message read, not the first trace scored: a single replica splits and
+        # assembles a whole fetch (up to 500 exports) before its first trace is scored.
+        await _until(lambda: _poll(lambda: total("ragmon_messages_consumed") > 0), task)
+        first, cpu = time.perf_counter(), time.process_time()
+        done = lambda: total("ragmon_traces_processed", outcome="ok") >= expected  # noqa: E731
+        await _until(lambda: _poll(done), task)
         elapsed = time.perf_counter() - first
+        CPU_MS[settings.kafka.group_id] = (time.process_time() - cpu) * 1000 / expected
         daemon.request_stop()
         await task
-    return (expected - 1) / elapsed
+    return expected / elapsed
 
 
-TRACES_PER_EXPORT = 20
-PENDING_TRACES = 10_000
+# The process's CPU per scored trace (ms) of each scored run, by its group: the daemon runs in
+# this process (the broker in its own), so this is what a trace costs whoever else uses the
+# cores, which the traces/s of a shared machine are not.
+CPU_MS: dict[str, float] = {}
 
 
-def otlp_exports(count: int) -> list[bytes]:
-    """`count` RAG traces as OTLP protobuf export messages of 20 traces each."""
-    app = App()
-    start = time.time_ns()
-    turns = [
-        langchain_turn(app, n, session=f"conv-{n // 3}", start_ns=start + n * MS)
-        for n in range(count)
+class Topics:
+    """The bench's topics on one broker and the settings of a daemon reading them."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        base = f"bench-{uuid.uuid4().hex[:8]}"
+        self.native, self.scored_native, self.otlp = base, f"{base}-scored", f"{base}-otlp"
+        self.dlq, self.results = f"{base}.dlq", f"{base}.results"
+
+    async def create(self) -> None:
+        inputs = [self.native, self.scored_native, self.otlp, self.results]
+        await create_topics(self.bootstrap, inputs, partitions=PARTITIONS)
+        await create_topics(self.bootstrap, [self.dlq])
+
+    def settings(self, topics: list[str], otlp: bool = False, single: bool = False) -> Settings:
+        kafka: dict[str, Any] = {"format": "auto"}
+        if otlp:
+            kafka.update(otlp_topics=[self.otlp], internal_partitions=PARTITIONS)
+            if single:
+                kafka["single_replica"] = True
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        return daemon_settings(self.bootstrap, topics, group, self.dlq, **kafka)
+
+
+def _rows(topics: Topics, traces: int, scored_traces: int) -> list[tuple[str, Any]]:
+    """(row name, the coroutine factory measuring it), in the order a round runs them."""
+    native, scored_native = [topics.native], [topics.scored_native]
+    rows: list[tuple[str, Any]] = [
+        ("bare aiokafka consumer", lambda: bare_consumer(topics.bootstrap, topics.native, traces)),
+        ("ingest, native", lambda: ingest(topics.settings(native), traces)),
     ]
-    return [
-        encode(
-            [span for turn in turns[i : i + TRACES_PER_EXPORT] for span in turn.spans],
-            "otlp_proto",
+    rows += [
+        (
+            "scored, native",
+            lambda: scored(topics.settings(scored_native), scored_traces, topics.results),
+        ),
+        (
+            "scored, OTLP via internal topics",
+            lambda: scored(topics.settings([], otlp=True), scored_traces, topics.results),
+        ),
+    ]
+    if SINGLE_REPLICA:
+        rows.append(
+            (
+                "scored, OTLP single replica",
+                lambda: scored(
+                    topics.settings([], otlp=True, single=True), scored_traces, topics.results
+                ),
+            )
         )
-        for i in range(0, count, TRACES_PER_EXPORT)
-    ]
+    return rows
 
 
-async def otlp_path(bootstrap: str, otlp_topic: str, dlq: str, expected: int) -> float:
-    """Traces/s from the first trace the scoring stage reads to the last, through both stages."""
-    group = f"otlp-{uuid.uuid4().hex[:6]}"
-    settings = daemon_settings(
-        bootstrap, [], group, dlq, otlp_topics=[otlp_topic], internal_partitions=PARTITIONS
-    )
-    clock = Clock(expected)
-    daemon = Daemon(settings, SourceSpec("kafka"), processor=clock, registry=CollectorRegistry())
-    task = asyncio.create_task(daemon.run())
-    await until_done(clock, task)
-    daemon.request_stop()
-    await task
-    assert clock.first is not None and clock.last is not None
-    return expected / (clock.last - clock.first)
+# ------------------------------------------------------------------------------ the memory
 
 
 def assembly_memory(count: int) -> tuple[float, float]:
@@ -261,70 +363,116 @@ def assembly_memory(count: int) -> tuple[float, float]:
     return peak / 2**20, decoded_peak / 2**20
 
 
-async def main_async(
-    bootstrap: str, traces: int, rounds: int, scoring: bool = False, otlp: bool = False
-) -> None:
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    await create_topics(bootstrap, [topic], partitions=PARTITIONS)
-    await create_topics(bootstrap, [f"{topic}.dlq"])
+# ---------------------------------------------------------------------------------- the run
+
+
+def _median(values: list[float]) -> str:
+    return f"{statistics.median(values):>9,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+
+
+async def measure(bootstrap: str, traces: int, scored_traces: int, rounds: int) -> None:
+    topics = Topics(bootstrap)
+    await topics.create()
     payloads = [_payload(n) for n in range(traces)]
-    sizes = sorted(len(p) for p in payloads)
     for start in range(0, traces, 5000):
         chunk = payloads[start : start + 5000]
-        await produce(bootstrap, topic, chunk, keys=[str(i).encode() for i in range(len(chunk))])
-    print(f"{traces} traces, {sizes[0]}-{sizes[-1]} bytes each, {PARTITIONS} partitions")
-    otlp_topic = f"{topic}-otlp"
-    if otlp:
-        await create_topics(bootstrap, [otlp_topic], partitions=PARTITIONS)
-        exports = otlp_exports(traces)
-        await produce(bootstrap, otlp_topic, exports)
-        print(
-            f"the same {traces} traces as OTLP: {len(exports)} export messages of "
-            f"{TRACES_PER_EXPORT} traces, {sum(map(len, exports)) // len(exports):,} bytes each"
+        await produce(
+            bootstrap, topics.native, chunk, keys=[str(i).encode() for i in range(len(chunk))]
         )
+    turns = _turns(scored_traces)
+    exports = otlp_exports(turns)
+    natives = await as_native(turns)
+    await produce(
+        bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
+    )
+    await produce(bootstrap, topics.otlp, exports)
+    sizes = sorted(len(p) for p in payloads)
+    print(
+        f"ingest: {traces:,} native traces of {sizes[0]:,}-{sizes[-1]:,} bytes; scored: "
+        f"{scored_traces:,} RAG turns, 3 a conversation, as native JSON "
+        f"({sum(len(v) for _, v in natives) // len(natives):,} bytes each) and as "
+        f"{len(exports):,} OTLP exports of {TRACES_PER_EXPORT} turns "
+        f"({sum(map(len, exports)) // len(exports):,} bytes each); {PARTITIONS} partitions"
+    )
+    rows = _rows(topics, traces, scored_traces)
+    figures: dict[str, list[float]] = {name: [] for name, _ in rows}
+    cpu: dict[str, list[float]] = {}
     for round_no in range(1, rounds + 1):
-        bare = await bare_consumer(bootstrap, topic, traces)
-        daemon = await daemon_path(bootstrap, topic, traces)
+        line = []
+        for name, run in rows:
+            before = set(CPU_MS)
+            figures[name].append(await run())
+            line.append(f"{name} {figures[name][-1]:,.0f}")
+            for group in set(CPU_MS) - before:
+                cpu.setdefault(name, []).append(CPU_MS[group])
+        print(f"round {round_no}: " + " | ".join(line), flush=True)
+    bare = statistics.median(figures["bare aiokafka consumer"])
+    print(f"\nmedian of {rounds} rounds [range], traces/s, and the ratio to the bare consumer:")
+    for name, values in figures.items():
+        print(f"  {name:<34} {_median(values)}  {statistics.median(values) / bare:.4f}")
+    print("CPU of this process per scored trace (the daemon's; ms), median [range]:")
+    for name, values in cpu.items():
         print(
-            f"round {round_no}: bare aiokafka {bare:,.0f} msg/s | daemon {daemon:,.0f} traces/s "
-            f"| ratio {daemon / bare:.2f} (target >= 0.5)"
+            f"  {name:<34} {statistics.median(values):9.2f} [{min(values):.2f}-{max(values):.2f}]"
         )
-        if otlp:
-            through = await otlp_path(bootstrap, otlp_topic, f"{topic}.dlq", traces)
+    native_scored = statistics.median(figures["scored, native"])
+    for name in ("scored, OTLP via internal topics", "scored, OTLP single replica"):
+        if name in figures:
+            per_round = [
+                o / n for o, n in zip(figures[name], figures["scored, native"], strict=True)
+            ]
+            cpu_ratio = statistics.median(cpu["scored, native"]) / statistics.median(cpu[name])
             print(
-                f"round {round_no}: OTLP through both stages {through:,.0f} traces/s "
-                f"| native path {daemon:,.0f} traces/s | ratio {through / daemon:.2f}"
+                f"  {name[len('scored, ') :]} / native, scored: "
+                f"{statistics.median(figures[name]) / native_scored:.2f} "
+                f"(per round {', '.join(f'{r:.2f}' for r in per_round)}); "
+                f"by CPU per trace {cpu_ratio:.2f}"
             )
-        if scoring:
-            scored = await scoring_path(bootstrap, topic, traces)
-            print(
-                f"round {round_no}: scored end to end (tier 0, SQLite store) {scored:,.0f} traces/s"
-            )
+
+
+def tier0(rounds: int) -> None:
+    """tier0_cpu's `stream` measurement, one process per round, pooled."""
+    tree = Path(_tree).resolve() if _tree else REPO
+    ms: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for language, values in tier0_worker(tree, "stream")["ms"].items():
+            ms.setdefault(language, []).extend(values)
+    for language, values in ms.items():
+        print(
+            f"  tier 0 CPU per trace, {language}: p50 {percentile(values, 0.5):.3f} ms, "
+            f"p95 {percentile(values, 0.95):.3f} ms ({len(values):,} traces)"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", help="an existing broker; default: start the test broker")
-    parser.add_argument("--traces", type=int, default=30_000)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--scoring", action="store_true", help="also the whole scoring stage")
-    parser.add_argument("--otlp", action="store_true", help="also OTLP through both stages")
+    parser.add_argument("--traces", type=int, default=30_000, help="native traces ingested")
+    parser.add_argument("--scored", type=int, default=3_000, help="RAG turns scored")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tree", type=Path, help="a source tree whose `monitor` to measure")
     args = parser.parse_args()
+    if args.tree is not None and not _tree:  # re-run with that tree first on the path
+        env = {**os.environ, "RAGMON_BENCH_TREE": str(args.tree.resolve())}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     configure_logging("console", "warning")  # as `rag-monitor run` would: no per-trace lines
-    if args.otlp:
-        peak, decoded = assembly_memory(PENDING_TRACES)
-        print(
-            f"assembly buffer at {PENDING_TRACES:,} pending traces: peak {peak:.1f} MiB "
-            f"({peak * 2**20 / PENDING_TRACES:,.0f} bytes a trace); the same spans held "
-            f"decoded: {decoded:.1f} MiB"
-        )
-    if args.bootstrap:
-        asyncio.run(main_async(args.bootstrap, args.traces, args.rounds, args.scoring, args.otlp))
-        return
-    from tests.support.kafka_broker import KafkaBroker
+    import monitor
 
-    with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
-        asyncio.run(main_async(broker.bootstrap, args.traces, args.rounds, args.scoring, args.otlp))
+    print(f"monitor from {Path(monitor.__file__).parent}")
+    if args.bootstrap:
+        asyncio.run(measure(args.bootstrap, args.traces, args.scored, args.rounds))
+    else:
+        from tests.support.kafka_broker import KafkaBroker
+
+        with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
+            asyncio.run(measure(broker.bootstrap, args.traces, args.scored, args.rounds))
+    tier0(args.rounds)
+    peak, decoded = assembly_memory(PENDING_TRACES)
+    print(
+        f"  assembly buffer at {PENDING_TRACES:,} pending traces: peak {peak:.1f} MiB "
+        f"({peak * 2**20 / PENDING_TRACES:,.0f} bytes a trace); the same spans held "
+        f"decoded: {decoded:.1f} MiB ({decoded * 2**20 / PENDING_TRACES:,.0f} bytes a trace)"
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from monitor.evaluators.token_budget import TokenBudget
 from monitor.golden.schedule import GoldenScheduler
 from monitor.golden.service import golden_service
 from monitor.http import HttpServer, Probes, build_app
+from monitor.messages import RawMessage
 from monitor.metrics import Metrics
 from monitor.retry import FailingCalls, RetryMetrics
 from monitor.review.http import add_review_routes
@@ -231,20 +232,8 @@ class Daemon:
         plan = file_loop(kafka, self.source_spec.path)
         stages: dict[StageName, Stage] = {SCORE: score}
         if kafka.otlp_stage_enabled:
-            assemble = AssembleStage(
-                kafka=kafka,
-                metrics=self.metrics,
-                otlp_metrics=self.otlp_metrics,
-                rejecter=rejecter,
-                tracker=self.tracker,
-                output=score,
-                awaits_events=True,  # a replay may carry log exports anywhere in it
-                scored_whole=self._scored_whole(),
-                flush_at_drain=True,
-            )
-            direct = InProcess(assemble.take_parts, score.take_natives)
-            stages[REKEY] = RekeyStage(direct, rejecter, self.tracker, self.metrics)
-            stages[ASSEMBLE] = assemble
+            # a replay may carry log exports anywhere in it
+            stages |= self._otlp_in_process(score, rejecter, awaits_events=True, replay=True)
         router = Router.of(kafka, natives_to=plan.natives_to, text_lines=True)
         in_order = [stages[stage] for stage in plan.stages]
         loop = self._loop("scoring", self.tracker, router, in_order, rejecter)  # its heartbeat
@@ -264,7 +253,9 @@ class Daemon:
     async def _run_kafka(self, stack: AsyncExitStack, tracer: Tracer | None) -> ExitCode:
         """Two consumer groups, each one loop: the scoring group (native topics and the traces
         topic; OTLP found there is re-keyed) and, when OTLP can arrive, the OTLP group (OTLP
-        topics re-keyed, the spans topic assembled)."""
+        topics re-keyed, the spans topic assembled). A single replica (`kafka.single_replica`)
+        runs one loop, the scoring group reading every input topic, its OTLP re-keyed,
+        assembled and scored in process as a file replay does."""
         config = self.settings.kafka
         kafka_kwargs = producer_kwargs(config)
         processor = await self._start_services(stack, producer_kwargs=kafka_kwargs)
@@ -287,7 +278,15 @@ class Daemon:
         scoring_stages: dict[StageName, Stage] = {SCORE: score}
         otlp_stages: dict[StageName, Stage] = {}
         otlp_rejecter = rejecter
-        if config.otlp_stage_enabled:
+        by_name: dict[str, KafkaSource] = {}  # the sources, made once their loops are
+        if config.otlp_stage_enabled and config.single_replica:
+            scoring_stages |= self._otlp_in_process(
+                score,
+                rejecter,
+                awaits_events=bool(config.otlp_logs_topics),
+                read_before=lambda msg: by_name["scoring"].read_before(msg),
+            )
+        elif config.otlp_stage_enabled:
             await ensure_internal_topics(self.settings)
             spans_topic, traces_topic = config.effective_spans_topic, config.effective_traces_topic
             writer = TopicWriter(
@@ -342,7 +341,9 @@ class Daemon:
             )
             # A loop reading the spans topic: parts of released traces must not come back as
             # fragments, and a revocation waits for what is being handed on, not for assembly.
+            # A single replica assembling OTLP exports finishes them out of order too.
             reads_parts = ASSEMBLE in plan.stages
+            assembles_in_process = reads_parts and SCORE in plan.stages
             source = KafkaSource(
                 config,
                 tracker,
@@ -351,10 +352,12 @@ class Daemon:
                 group_id=plan.group_id,
                 topics=list(plan.topics),
                 name=name,
-                busy=loop.busy if reads_parts else None,
+                busy=loop.busy if reads_parts and not assembles_in_process else None,
                 skip_finished=reads_parts,
+                expects_every_partition=assembles_in_process,
             )
             runs.append((loop, source))
+            by_name[name] = source
         stack.callback(self._left_groups)  # once both consumers left (they close first)
         for _, source in runs:
             await stack.enter_async_context(
@@ -368,6 +371,34 @@ class Daemon:
             unfreeze()
             self._sources = []
         return ExitCode.UNAVAILABLE if self.failure is not None else ExitCode.OK
+
+    def _otlp_in_process(
+        self,
+        score: ScoreStage,
+        rejecter: Rejecter,
+        *,
+        awaits_events: bool,
+        replay: bool = False,
+        read_before: Callable[[RawMessage], bool] | None = None,
+    ) -> dict[StageName, Stage]:
+        """The re-key and assemble stages handing on in process to `score` (a file replay, a
+        single replica), on the scoring stage's offsets; `replay`: everything held is released
+        at the end."""
+        assemble = AssembleStage(
+            kafka=self.settings.kafka,
+            metrics=self.metrics,
+            otlp_metrics=self.otlp_metrics,
+            rejecter=rejecter,
+            tracker=self.tracker,
+            output=score,
+            awaits_events=awaits_events,
+            scored_whole=self._scored_whole(),
+            flush_at_drain=replay,
+            read_before=read_before,
+        )
+        direct = InProcess(assemble.take_parts, score.take_natives)
+        rekey = RekeyStage(direct, rejecter, self.tracker, self.metrics)
+        return {REKEY: rekey, ASSEMBLE: assemble}
 
     def _left_groups(self) -> None:
         self.metrics.ready.set(0)

@@ -187,6 +187,10 @@ def flow_diagram() -> str:
     kafka = example_config()
     blocks = [
         ("Kafka (two consumer groups; OTLP through two internal topics)", kafka_loops(kafka)),
+        (
+            "Kafka, one replica (`kafka.single_replica`: one consumer group, OTLP in process)",
+            kafka_loops(kafka.model_copy(update={"single_replica": True})),
+        ),
         ("A file replay (one process, stages handing on in process)", [file_loop(kafka)]),
     ]
     out: list[str] = []

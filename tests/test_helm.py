@@ -609,3 +609,28 @@ def test_structural_crd_schemas_reject_mistakes() -> None:
     broken["spec"]["endpoints"][0]["interval"] = "thirty seconds"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, CRD_SCHEMAS["ServiceMonitor"])
+
+
+def _daemon_config(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    configmap = next(
+        o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == FULLNAME
+    )
+    config: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
+    return config
+
+
+def test_single_replica_mode_follows_the_replica_count() -> None:
+    """One replica assembles OTLP in the process and rolls out by Recreate (never two pods in
+    the group); several share it through the internal topics and roll as usual; turning the
+    mode on for several replicas fails the render."""
+    one_pod = objects()
+    assert _daemon_config(one_pod)["kafka"]["single_replica"] is True
+    assert one(one_pod, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    three = objects({"replicaCount": 3})
+    assert _daemon_config(three)["kafka"]["single_replica"] is False
+    assert "strategy" not in one(three, "Deployment")["spec"]
+    off = objects({"config": {"kafka": {"single_replica": False}}})
+    assert _daemon_config(off)["kafka"]["single_replica"] is False
+    assert "strategy" not in one(off, "Deployment")["spec"]
+    with pytest.raises(Exception, match="single_replica is true with replicaCount 2"):
+        render({"replicaCount": 2, "config": {"kafka": {"single_replica": True}}})

@@ -76,6 +76,22 @@ def test_commit_metadata_lists_the_unfinished_offsets_beyond_the_commit() -> Non
     assert not replay.done(TP, 12), "past the range the filter is gone"
 
 
+def test_the_next_owner_knows_which_offsets_it_reads_again() -> None:
+    """Offsets from the commit to what the previous owner had read are read again (the
+    unfinished ones among them are not skipped); later ones are new, and so is everything
+    when the commit carried no metadata or the partition was forgotten."""
+    replay = ReplayFilter()
+    replay.load(TP, 10, "unfinished:6:0,5")
+    assert [o for o in range(8, 18) if replay.read_before(TP, o)] == list(range(10, 16))
+    for offset in range(10, 18):
+        replay.done(TP, offset)  # the skipping range is used up, what was read is still known
+    assert replay.read_before(TP, 15) and not replay.read_before(TP, 16)
+    replay.forget([TP])
+    assert not replay.read_before(TP, 10)
+    replay.load(TP, 10, "")
+    assert not replay.read_before(TP, 10)
+
+
 def test_commit_metadata_that_does_not_fit_or_parse_means_read_everything_again() -> None:
     assert commit_metadata(0, 10_000, range(0, 10_000, 2)) == ""
     assert commit_metadata(5, 5, []) == ""

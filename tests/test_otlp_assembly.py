@@ -22,12 +22,12 @@ from monitor.config import KafkaConfig
 from monitor.formats.assembly import Release
 from monitor.formats.otlp import decode_otlp
 from monitor.formats.otlp_split import split_by_trace
-from monitor.messages import RawMessage
+from monitor.messages import RawMessage, Routed
 from monitor.metrics import Metrics
 from monitor.models import Trace
 from monitor.sources.offsets import OffsetTracker
 from monitor.stages.assemble import AssembleStage, OtlpMetrics
-from monitor.stages.parts import PartToken
+from monitor.stages.parts import PartToken, header_shapes, part_headers, shapes_header
 from monitor.stages.reject import Rejecter
 from tests.support.otlp_big import wide_trace
 from tests.support.otlp_spans import App, encode
@@ -203,3 +203,44 @@ async def test_spans_sent_again_do_not_count_twice_against_the_bound() -> None:
     await rig.assembly.tick(time.monotonic() + 120)
     assert rig.letters.sent == []
     assert [t.trace_id for t in rig.out] == [trace_id]
+
+
+async def _from_spans_topic(rig: Rig, parts: Sequence[Any], with_shapes: bool) -> list[Trace]:
+    origin = RawMessage("otlp", 0, 0, None, b"")
+    batch = []
+    for offset, part in enumerate(parts):
+        headers = part_headers(origin, "otlp_proto")
+        if with_shapes:
+            headers += shapes_header(part.shapes)
+        msg = RawMessage("spans", 0, offset, part.trace_id.encode(), part.data, tuple(headers))
+        rig.tracker.begin(msg.tp, msg.offset)
+        batch.append(Routed(msg, "otlp_proto", internal=True))
+    await rig.assembly.handle_batch(batch)
+    await rig.assembly.flush()
+    return rig.out
+
+
+async def test_a_part_read_off_the_spans_topic_is_parsed_only_when_its_trace_is_mapped(
+    monkeypatch: Any,
+) -> None:
+    """The re-key stage writes each part's span shapes in a header: the assemble stage knows
+    when the trace is whole without parsing the part (issue 26: once per hop), and maps the
+    same trace as from a part it parses (one written without the header)."""
+    turn = langchain_turn(App(), 1, session="conv", start_ns=time.time_ns())
+    early = split_by_trace(encode(list(turn.early()), "otlp_proto"), "otlp_proto").parts
+    late = split_by_trace(encode(list(turn.late()), "otlp_proto"), "otlp_proto").parts
+    parts = [*early, *late]
+    assert header_shapes(
+        RawMessage("s", 0, 0, None, b"", tuple(shapes_header(parts[0].shapes)))
+    ) == tuple(parts[0].shapes)
+    parsed = await _from_spans_topic(Rig(), parts, with_shapes=False)
+
+    def no_parsing(*_: object) -> None:
+        raise AssertionError("a part with its shapes in a header was parsed on arrival")
+
+    monkeypatch.setattr("monitor.stages.offloaded.split", no_parsing)
+    rig = Rig()
+    from_headers = await _from_spans_topic(rig, parts, with_shapes=True)
+    assert len(parsed) == 1
+    assert from_headers == parsed
+    assert sorted(rig.finished) == [0, 1], "both parts' messages finished"

@@ -427,3 +427,29 @@ def test_traceloop_tasks_that_return_documents_are_retrievers(
     trace = _trace(_spans(app))
     assert trace.query == QUESTION, "a keyword argument named like a question"
     assert [c.text for c in trace.contexts] == contexts
+
+
+def test_the_attribute_index_gives_every_prefix_what_indexed_groups_gives() -> None:
+    """The mapping reads a span's `prefix.N.rest` groups from one index made in one pass
+    (issue 26): for every prefix it is what grouping the attributes for that prefix gives."""
+    from monitor.formats.otlp_values import attribute_index, indexed_groups
+
+    attributes = {
+        "llm.input_messages.1.message.content": "second",
+        "llm.input_messages.0.message.content": "first",
+        "llm.input_messages.0.message.contents.1.message_content.text": "b",
+        "llm.input_messages.0.message.contents.0.message_content.text": "a",
+        "retrieval.documents.10.document.content": "ten",
+        "retrieval.documents.2.document.content": "two",
+        "gen_ai.request.model": "m",
+        "a.2": "no rest",
+        "a.3.": "empty rest",
+        "a.1234567890.b": "ten digits",
+        ".0.z": "empty prefix",
+    }
+    index = attribute_index(attributes)
+    prefixes = {key[:end] for key in attributes for end in range(len(key) + 1)}
+    for prefix in prefixes:
+        assert index.get(prefix, []) == indexed_groups(attributes, prefix), prefix
+    assert [g["message.content"] for g in index["llm.input_messages"]] == ["first", "second"]
+    assert [g["document.content"] for g in index["retrieval.documents"]] == ["two", "ten"]

@@ -77,6 +77,12 @@ class KafkaConfig(Section):
         min_length=1,
         description="internal: assembled traces (native JSON), keyed by conversation id",
     )
+    single_replica: bool = Field(
+        default=False,
+        description="one process reads every partition: OTLP spans are assembled in the process "
+        "and handed straight to scoring, without the spans and traces topics (the Helm chart "
+        "turns it on when replicaCount is 1); never with several replicas",
+    )
     internal_partitions: int = Field(default=12, gt=0, le=10_000)
     topic_partitions: int = Field(
         default=12, gt=0, le=10_000, description="partitions `topics create` gives other topics"
@@ -150,6 +156,12 @@ class KafkaConfig(Section):
     def otlp_stage_enabled(self) -> bool:
         """OTLP can arrive: the OTLP stage and its internal topics are needed."""
         return bool(self.otlp_topics or self.otlp_logs_topics) or self.format != "native"
+
+    @property
+    def uses_internal_topics(self) -> bool:
+        """OTLP is re-keyed and assembled through the spans and traces topics (several
+        replicas may share the work), not in process (`single_replica`)."""
+        return self.otlp_stage_enabled and not self.single_replica
 
     @model_validator(mode="after")
     def _check_topics(self) -> KafkaConfig:

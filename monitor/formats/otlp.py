@@ -23,6 +23,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from monitor.formats.errors import DecodeError, OtlpMappingError
 from monitor.formats.otlp_mapping import spans_to_trace
+from monitor.formats.otlp_values import attribute_index
 from monitor.formats.otlp_wire import (
     convert_id,
     flatten_attributes,
@@ -88,10 +89,23 @@ class SpanRecord:
     kind: int = 0
     status_code: int = 0
     scope_name: str = ""
+    # `attribute_index` of `attributes`, made on first use: the mapping asks for several
+    # prefixes per span, each a pass over every attribute otherwise.
+    _index: dict[str, list[dict[str, Any]]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def duration_ns(self) -> int:
         return self.end_time_unix_nano - self.start_time_unix_nano
+
+    def indexed(self, prefix: str) -> list[dict[str, Any]]:
+        """The span's `prefix.N.rest` attributes as one dict per N, in N order
+        (`otlp_values.indexed_groups`)."""
+        if self._index is None:
+            object.__setattr__(self, "_index", attribute_index(self.attributes))
+            assert self._index is not None
+        return self._index.get(prefix, [])
 
 
 def detect_format(data: bytes) -> Literal["native", "otlp_json", "otlp_proto"]:

@@ -45,7 +45,6 @@ from monitor.formats.otlp_conventions import (
 )
 from monitor.formats.otlp_values import (
     dict_or_none,
-    indexed_groups,
     maybe_json,
     non_negative_int,
     text_or_none,
@@ -128,7 +127,7 @@ def span_documents(span: SpanRecord, role: Role) -> list[Document] | None:
     a = span.attributes
     for source in DOCUMENTS:
         if isinstance(source, IndexedDocuments):
-            groups = indexed_groups(a, source.prefix)
+            groups = span.indexed(source.prefix)
             if groups:
                 return [_indexed_document(g) for g in groups]
         elif isinstance(source, JsonDocuments):

@@ -144,10 +144,10 @@ def _messages(value: Any, default_role: str) -> list[_Message]:
 
 
 def _indexed_messages(
-    attributes: Mapping[str, Any], source: IndexedMessages, default_role: str
+    span: SpanRecord, source: IndexedMessages, default_role: str
 ) -> list[_Message]:
     result: list[_Message] = []
-    for group in indexed_groups(attributes, source.prefix):
+    for group in span.indexed(source.prefix):
         role = group.get(source.role)
         text = text_or_none(group.get(source.content))
         if text is None and source.parts:
@@ -180,7 +180,7 @@ def _read_messages(
         if isinstance(source, JsonMessages):
             found = _messages(span.attributes.get(source.attribute), default_role)
         elif isinstance(source, IndexedMessages):
-            found = _indexed_messages(span.attributes, source, default_role)
+            found = _indexed_messages(span, source, default_role)
         elif isinstance(source, EventMessages):
             for event in span.events:
                 if event.name == source.event:

@@ -9,7 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_INDEXED = re.compile(r"^(\d{1,9})\.(.+)$")
+_INDEXED = re.compile(r"(\d{1,9})\.(.+)$")  # what follows `prefix.`: `N.rest`
+_DOT_BEFORE_DIGIT = re.compile(r"\.(?=\d)")
 
 
 def text_or_none(value: Any) -> str | None:
@@ -60,13 +61,27 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 def indexed_groups(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     """Group `prefix.N.rest` attributes into one dict of `rest -> value` per N, in N order."""
     groups: dict[int, dict[str, Any]] = {}
-    start = len(prefix) + 1
+    dotted = prefix + "."
+    start = len(dotted)
     for key, value in attributes.items():
-        if key.startswith(prefix + "."):
-            match = _INDEXED.match(key[start:])
+        if key.startswith(dotted):
+            match = _INDEXED.match(key, start)
             if match:
                 groups.setdefault(int(match.group(1)), {})[match.group(2)] = value
     return [groups[i] for i in sorted(groups)]
+
+
+def attribute_index(attributes: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """`indexed_groups` of every prefix at once, in one pass over the attributes: prefix ->
+    its groups in N order (a key `a.0.b.1.c` is in the groups of both `a` and `a.0.b`)."""
+    index: dict[str, dict[int, dict[str, Any]]] = {}
+    for key, value in attributes.items():
+        for dot in _DOT_BEFORE_DIGIT.finditer(key):
+            match = _INDEXED.match(key, dot.end())
+            if match:
+                by_n = index.setdefault(key[: dot.start()], {})
+                by_n.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    return {prefix: [groups[i] for i in sorted(groups)] for prefix, groups in index.items()}
 
 
 def unwrap(value: Any) -> Any:

@@ -96,7 +96,7 @@ def needed_topics(settings: Settings) -> list[TopicSpec]:
         )
         for name in kafka.otlp_logs_topics
     ]
-    if kafka.otlp_stage_enabled:
+    if kafka.uses_internal_topics:
         specs += internal_topics(settings)
     specs.append(
         TopicSpec(

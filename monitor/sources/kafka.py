@@ -64,10 +64,13 @@ class KafkaSource:
         name: str = "scoring",
         busy: Callable[[set[TopicPartition]], bool] | None = None,
         skip_finished: bool = False,
+        expects_every_partition: bool = False,
     ) -> None:
         """`listener` hears of rebalances (the consume loop); `skip_finished`: commits say which
         later offsets are unfinished, and a new owner skips the others (for topics whose
-        messages finish out of order: the spans topic)."""
+        messages finish out of order: the spans topic); `expects_every_partition`: this
+        consumer must be the group's only member (a single replica assembling OTLP in
+        process), so an assignment of part of the partitions is logged as an error."""
         self._config = config
         self.name = name
         self.group_id = group_id or config.group_id
@@ -90,6 +93,7 @@ class KafkaSource:
             **aiokafka_security_kwargs(config),
         )
         self._skip_finished = skip_finished
+        self._expects_every_partition = expects_every_partition
         self._replay = ReplayFilter()
         self._last_commit_at = time.monotonic()
         self._lag_labels: set[tuple[str, str]] = set()
@@ -221,10 +225,39 @@ class KafkaSource:
             group=self.group_id,
             partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned),
         )
+        if self._expects_every_partition:
+            self._check_whole_assignment()
         if self._skip_finished:
             await self._load_replay_filter(assigned)
         if self._listener is not None:
             await self._listener.on_assigned(assigned | self.assignment)
+
+    def read_before(self, msg: RawMessage) -> bool:
+        """The message was read by the partition's previous owner (a process before a crash,
+        or a replica before a rebalance) and is read again: known where commits carry what
+        was read (`skip_finished`)."""
+        return self._replay.read_before(msg.tp, msg.offset)
+
+    def missing_partitions(self) -> list[TopicPartition]:
+        """Partitions of the subscribed topics that another member of the group holds."""
+        owned = self.assignment
+        return [
+            tp
+            for topic in self.topics
+            for partition in sorted(self._consumer.partitions_for_topic(topic) or ())
+            if (tp := TopicPartition(topic, partition)) not in owned
+        ]
+
+    def _check_whole_assignment(self) -> None:
+        missing = self.missing_partitions()
+        if missing:
+            log.error(
+                "kafka.single_replica is on but another process shares the consumer group: "
+                "traces whose spans came in partitions it holds are assembled incomplete here; "
+                "run one replica, or turn kafka.single_replica off in every replica",
+                group=self.group_id,
+                elsewhere=sorted(f"{t.topic}/{t.partition}" for t in missing),
+            )
 
     async def _load_replay_filter(self, assigned: set[TopicPartition]) -> None:
         """Read what the previous owners said about the offsets beyond their commits."""

@@ -160,21 +160,30 @@ class ReplayFilter:
 
     def __init__(self) -> None:
         self._ranges: dict[TopicPartition, tuple[int, int, frozenset[int]]] = {}
+        self._read: dict[TopicPartition, range] = {}
 
     def load(self, tp: TopicPartition, committed: int, metadata: str) -> None:
         self._ranges.pop(tp, None)
+        self._read.pop(tp, None)
         if not metadata.startswith(METADATA_PREFIX):
             return
         try:
             read, _, listed = metadata[len(METADATA_PREFIX) :].partition(":")
             pending = frozenset(committed + int(o, 16) for o in listed.split(",") if o)
             self._ranges[tp] = (committed, committed + int(read, 16), pending)
+            self._read[tp] = range(committed, committed + int(read, 16))
         except ValueError:
             return  # written by something else: read everything again
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
             self._ranges.pop(tp, None)
+            self._read.pop(tp, None)
+
+    def read_before(self, tp: TopicPartition, offset: int) -> bool:
+        """The previous owner had read this offset by its last commit (and not finished it:
+        it is read again)."""
+        return offset in self._read.get(tp, ())
 
     def done(self, tp: TopicPartition, offset: int) -> bool:
         """Finished by the previous owner: skip it."""

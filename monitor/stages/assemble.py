@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import structlog
 from aiokafka.structs import TopicPartition
@@ -48,7 +48,7 @@ from monitor.offload import offload
 from monitor.sinks.writer import OutRecord, TopicWriter
 from monitor.sources.offsets import OffsetTracker
 from monitor.stages import offloaded
-from monitor.stages.parts import REVISION_HEADER, PartToken, part_token
+from monitor.stages.parts import REVISION_HEADER, PartToken, header_shapes, part_token
 from monitor.stages.ports import Assembled, AssembledOutput, SplitMessage
 from monitor.stages.reject import Rejecter, in_input_format
 from monitor.typing import WholeTraceCheck
@@ -82,13 +82,18 @@ class AssembleStage:
         awaits_events: bool = False,
         scored_whole: WholeTraceCheck | None = None,
         flush_at_drain: bool = False,
+        read_before: Callable[[RawMessage], bool] | None = None,
     ) -> None:
         """`awaits_events`: log records may bring a trace's content after its spans (log topics
         are read), so a trace that cannot be mapped for want of a question or answer waits.
         `scored_whole` says whether a trace id already has a result of the whole trace (the
         store), so that fragments of it read again are skipped, not dead-lettered.
         `flush_at_drain`: everything held is released at the end (a file replay); otherwise
-        what is still assembling is left for the next owner of its partitions."""
+        what is still assembling is left for the next owner of its partitions.
+        `read_before` says whether an input message was read by an earlier process (a crash
+        or a rebalance before its commit): where one input message carries parts of several
+        traces (a single replica assembling exports in process), a trace released from such a
+        message may be one the store already holds whole, re-read whole or in part."""
         self._metrics = metrics
         self._otlp = otlp_metrics
         self._rejecter = rejecter
@@ -99,6 +104,7 @@ class AssembleStage:
         self._awaits_events = awaits_events
         self._scored_whole = scored_whole
         self._flush_at_drain = flush_at_drain
+        self._read_before = read_before
         self._max_spans = kafka.otlp_max_spans_per_trace
         self._rebalancing = False
         self._shedding = CountedWarning(
@@ -137,6 +143,12 @@ class AssembleStage:
                     await self._rejecter.reject(msg, parts, origin=token.origin, value=msg.value)
                     continue
                 await self._add_all(parts, token, now, group=msg.tp, events=True)
+                continue
+            shapes = header_shapes(msg)
+            if shapes and msg.key is not None and msg.value is not None:
+                # written by the re-key stage, checked there: not parsed until it is mapped
+                part = TracePart(msg.key.decode("ascii", "replace"), msg.value, shapes)
+                await self._add_all([part], token, now, group=msg.tp)
                 continue
             split = await offloaded.split(msg, "otlp_proto")
             if isinstance(split, DecodeError):
@@ -276,6 +288,10 @@ class AssembleStage:
                 self._finish(tokens)
                 continue
             result, digest = mapped
+            if await self._stored_before(release):
+                self._late.inc()
+                self._finish(tokens)
+                continue
             if release.revision > 1 and release.note == digest:
                 log.debug("re-assembly changes nothing", trace_id=release.trace_id)
                 self._finish(tokens)  # already handed on as it is: not released again
@@ -299,6 +315,22 @@ class AssembleStage:
         if not await self._scored_whole(release.trace_id):
             return False
         log.info("fragment of a trace already scored whole; skipped", trace_id=release.trace_id)
+        return True
+
+    async def _stored_before(self, release: Release[PartToken]) -> bool:
+        """A first release with parts re-read from messages an earlier process had read, of a
+        trace the store holds whole: those spans are all or part of a trace already scored
+        (its other messages were finished and committed), skipped as `otlp_late_spans`; a
+        fragment scored again would overwrite the whole trace's result."""
+        if release.revision > 1 or self._read_before is None or self._scored_whole is None:
+            return False
+        if not any(self._read_before(token.message) for token in release.tokens):
+            return False
+        if not await self._scored_whole(release.trace_id):
+            return False
+        log.info(
+            "spans re-read of a trace already scored whole; skipped", trace_id=release.trace_id
+        )
         return True
 
     def _count_release(self, release: Release[PartToken]) -> None:

@@ -1,11 +1,17 @@
 """Where a span part came from: the headers the re-key stage writes on the spans topic and the
 assemble stage reads back, so that a dead letter names the message the spans first came in
-(its topic, partition, offset and key) and is encoded in that message's format."""
+(its topic, partition, offset and key) and is encoded in that message's format. A part's header
+also carries the shapes of its spans (ids, parent ids, times), so that the assemble stage
+knows whether a trace is whole without parsing the part: it is parsed once, when the trace is
+mapped."""
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from monitor.formats.assembly import SpanShape
 from monitor.formats.otlp import OtlpFormat
 from monitor.messages import RawMessage
 from monitor.sinks.deadletter import HEADER_PREFIX
@@ -18,6 +24,9 @@ ORIGIN_KEY = HEADER_PREFIX + "original.key"
 REVISION_HEADER = HEADER_PREFIX + "trace.revision"
 PART_KIND_HEADER = HEADER_PREFIX + "part.kind"
 LOGS_KIND = b"logs"  # a spans-topic part holding log records, not spans
+SHAPES_HEADER = HEADER_PREFIX + "part.shapes"
+_SHAPE = struct.Struct("<8s8sQQ")  # span id, parent span id (zeros: a root), start, end
+MAX_SHAPES_IN_HEADER = 512  # 16 KiB; a part of more spans is parsed by the assemble stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +87,35 @@ def part_token(msg: RawMessage) -> PartToken:
 def without_our_headers(msg: RawMessage) -> list[tuple[str, bytes]]:
     """The message's own headers, none of ours (which a hop writes afresh)."""
     return [(k, v) for k, v in msg.headers if not k.startswith(HEADER_PREFIX)]
+
+
+def shapes_header(shapes: Sequence[SpanShape]) -> list[tuple[str, bytes]]:
+    """The header carrying a part's span shapes; none when they do not fit its layout (ids of
+    another length, times past 64 bits) or are too many."""
+    if len(shapes) > MAX_SHAPES_IN_HEADER:
+        return []
+    try:
+        packed = b"".join(
+            _SHAPE.pack(span_id, parent or bytes(8), start, end)
+            for span_id, parent, start, end in shapes
+            if len(span_id) == 8 and len(parent) in (0, 8)
+        )
+    except struct.error:
+        return []
+    if len(packed) != len(shapes) * _SHAPE.size:
+        return []
+    return [(SHAPES_HEADER, packed)]
+
+
+def header_shapes(msg: RawMessage) -> tuple[SpanShape, ...] | None:
+    """The span shapes a spans-topic part's header carries; None without one (written by a
+    version before it, or too many spans)."""
+    for key, value in msg.headers:
+        if key == SHAPES_HEADER:
+            if not value or len(value) % _SHAPE.size:
+                return None
+            return tuple(
+                SpanShape(span_id, b"" if not any(parent) else parent, start, end)
+                for span_id, parent, start, end in _SHAPE.iter_unpack(value)
+            )
+    return None

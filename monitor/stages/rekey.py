@@ -26,7 +26,7 @@ from monitor.models import Trace
 from monitor.sinks.writer import OutRecord, Refused, TopicWriter
 from monitor.sources.offsets import OffsetTracker
 from monitor.stages import offloaded
-from monitor.stages.parts import part_headers, without_our_headers
+from monitor.stages.parts import part_headers, shapes_header, without_our_headers
 from monitor.stages.ports import PartsOutput, SplitMessage
 from monitor.stages.reject import Rejecter, in_input_format
 
@@ -129,7 +129,9 @@ class SpansTopicOutput:
         for item in items:
             headers = part_headers(item.message, item.format, logs=item.logs)
             for part in item.parts:
-                record = OutRecord(self._spans_topic, part.trace_id.encode(), part.data, headers)
+                shapes = shapes_header(part.shapes) if isinstance(part, TracePart) else []
+                key = part.trace_id.encode()
+                record = OutRecord(self._spans_topic, key, part.data, [*headers, *shapes])
                 records.append(record)
                 sources[id(record)] = item
         for refused in await self._writer.send_all(records):

@@ -45,7 +45,8 @@ DEAD_LETTERS = "dead letters"
 def kafka_loops(kafka: KafkaConfig) -> list[LoopPlan]:
     """The loops of a daemon reading Kafka: the scoring group (native topics and, when OTLP can
     arrive, the traces topic; OTLP found on a native topic is re-keyed), and when OTLP can
-    arrive the OTLP group (OTLP topics re-keyed by trace, the spans topic assembled)."""
+    arrive the OTLP group (OTLP topics re-keyed by trace, the spans topic assembled); a single
+    replica runs one loop instead (`single_replica_loop`)."""
     scored = _score_hops()
     if not kafka.otlp_stage_enabled:
         return [
@@ -58,6 +59,8 @@ def kafka_loops(kafka: KafkaConfig) -> list[LoopPlan]:
                 (*(Hop(t, SCORE, "native JSON") for t in kafka.topics), *scored),
             )
         ]
+    if kafka.single_replica:
+        return [single_replica_loop(kafka)]
     spans, traces = kafka.effective_spans_topic, kafka.effective_traces_topic
     scoring = LoopPlan(
         "scoring",
@@ -91,6 +94,31 @@ def kafka_loops(kafka: KafkaConfig) -> list[LoopPlan]:
         ),
     )
     return [scoring, otlp]
+
+
+def single_replica_loop(kafka: KafkaConfig) -> LoopPlan:
+    """One consumer group reading every input topic (`kafka.single_replica`): OTLP split,
+    assembled and scored in process, the stages handing on as in a file replay. Complete only
+    because this one consumer holds every partition: the spans of a trace may come in
+    messages of different partitions."""
+    otlp_inputs = (*kafka.otlp_topics, *kafka.otlp_logs_topics)
+    return LoopPlan(
+        "scoring",
+        kafka.group_id,
+        (*kafka.topics, *otlp_inputs),
+        (REKEY, ASSEMBLE, SCORE),
+        SCORE,
+        (
+            *(Hop(t, SCORE, "native JSON") for t in kafka.topics),
+            *(Hop(t, REKEY, "OTLP found there") for t in kafka.topics),
+            *(Hop(t, REKEY, "OTLP span exports") for t in kafka.otlp_topics),
+            *(Hop(t, REKEY, "OTLP log exports (GenAI events)") for t in kafka.otlp_logs_topics),
+            Hop(REKEY, ASSEMBLE, "parts, in process"),
+            Hop(ASSEMBLE, SCORE, "whole traces, in process"),
+            Hop(ASSEMBLE, DEAD_LETTERS, "unmappable traces"),
+            *_score_hops(),
+        ),
+    )
 
 
 def file_loop(kafka: KafkaConfig, path: str = "FILE") -> LoopPlan:

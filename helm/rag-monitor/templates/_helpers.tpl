@@ -157,3 +157,26 @@ The shutdown deadline in whole seconds: RAGMON_SHUTDOWN__DEADLINE_SECONDS from `
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/*
+The daemon's configuration file: `config`, with kafka.single_replica set from replicaCount
+unless given (one replica assembles OTLP in the process; several share it through the
+internal topics). Turning it on with several replicas fails the render.
+*/}}
+{{- define "rag-monitor.config" -}}
+{{- $config := deepCopy .Values.config -}}
+{{- $kafka := deepCopy (default (dict) $config.kafka) -}}
+{{- if not (hasKey $kafka "single_replica") -}}
+{{- $_ := set $kafka "single_replica" (eq (int .Values.replicaCount) 1) -}}
+{{- end -}}
+{{- if and $kafka.single_replica (gt (int .Values.replicaCount) 1) -}}
+{{- fail (printf "config.kafka.single_replica is true with replicaCount %d: a trace's spans would be split between replicas; leave it unset or false" (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- $_ := set $config "kafka" $kafka -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{/* "true" when the daemon runs in single-replica mode. */}}
+{{- define "rag-monitor.singleReplica" -}}
+{{- (include "rag-monitor.config" . | fromYaml).kafka.single_replica -}}
+{{- end -}}

@@ -1,0 +1,158 @@
+"""CPU of the OTLP stages per trace, in process and without Kafka or scoring: the re-key stage
+splitting exports, the assemble stage assembling and mapping the traces.
+
+    python bench/otlp_stage.py [--traces 3000] [--rounds 3] [--tree DIR ...]
+
+Two paths, each in a fresh process per round (``time.process_time`` per trace):
+
+- ``single``: as a single replica runs them (`kafka.single_replica`): the re-key stage hands
+  its parts straight to the assemble stage.
+- ``topics``: as the two consumer groups run them, minus the broker: the parts the re-key stage
+  would produce to the spans topic (with the headers it writes) read back by the assemble stage.
+
+The RAG turns are ``bench/ingest.py``'s (four spans a turn, 20 turns an OTLP protobuf export).
+Each ``--tree DIR`` (a source tree holding another ``monitor``) is timed too, the trees taking
+turns round by round, so that they share the machine's load; compare the ratios. To see where
+the time goes::
+
+    py-spy record -r 250 -f raw -o otlp.raw -- python bench/otlp_stage.py --worker single
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+PATHS = ("single", "topics")
+
+
+def worker(path: str, traces: int) -> dict[str, Any]:
+    """One path in this process; imports `monitor` from the tree first on the path."""
+    sys.path.insert(1, str(REPO))
+    from prometheus_client import CollectorRegistry
+
+    from bench.ingest import _turns, otlp_exports
+    from monitor.logs import configure_logging
+    from monitor.messages import RawMessage, Routed
+    from monitor.metrics import Metrics
+    from monitor.sources.offsets import OffsetTracker
+    from monitor.stages.assemble import AssembleStage, OtlpMetrics
+    from monitor.stages.reject import Rejecter
+    from monitor.stages.rekey import InProcess, RekeyStage, SpansTopicOutput
+    from tests.support.recorder import LetterRecorder
+    from tests.support.traces import daemon_settings
+
+    configure_logging("console", "warning")
+    exports = otlp_exports(_turns(traces))
+    settings = daemon_settings("localhost:1", ["t"], "g", "dlq", otlp_assembly_settle_seconds=0)
+    metrics = Metrics(CollectorRegistry())
+    tracker = OffsetTracker()
+    rejecter = Rejecter(LetterRecorder(), metrics, tracker, max_bytes=1 << 20)
+
+    class Released:
+        def __init__(self) -> None:
+            self.count = 0
+
+        async def take_assembled(self, items: Any) -> None:
+            self.count += len(items)
+
+    class SpansTopic:  # what SpansTopicOutput would produce, kept as spans-topic messages
+        def __init__(self) -> None:
+            self.messages: list[RawMessage] = []
+
+        async def send_all(self, records: Any) -> list[Any]:
+            for record in records:
+                offset = len(self.messages)
+                self.messages.append(
+                    RawMessage("spans", 0, offset, record.key, record.value, tuple(record.headers))
+                )
+            return []
+
+    released = Released()
+    assemble = AssembleStage(
+        kafka=settings.kafka,
+        metrics=metrics,
+        otlp_metrics=OtlpMetrics(metrics.registry),
+        rejecter=rejecter,
+        tracker=tracker,
+        output=released,
+    )
+    spans = SpansTopic()
+    output = (
+        InProcess(assemble.take_parts)
+        if path == "single"
+        else SpansTopicOutput(spans, "spans", "traces", rejecter, tracker)  # type: ignore[arg-type]
+    )
+    rekey = RekeyStage(output, rejecter, tracker, metrics)
+    inputs = [RawMessage("otlp", 0, i, None, value) for i, value in enumerate(exports)]
+
+    async def run() -> None:
+        for msg in inputs:
+            tracker.begin(msg.tp, msg.offset)
+        for i in range(0, len(inputs), 25):
+            await rekey.handle_batch([Routed(m, "otlp_proto") for m in inputs[i : i + 25]])
+            await assemble.tick()
+        for msg in spans.messages:
+            tracker.begin(msg.tp, msg.offset)
+        for i in range(0, len(spans.messages), 500):
+            batch = spans.messages[i : i + 500]
+            await assemble.handle_batch([Routed(m, "otlp_proto", internal=True) for m in batch])
+            await assemble.tick()
+        await assemble.flush()
+
+    started = time.process_time()
+    asyncio.run(run())
+    cpu = time.process_time() - started
+    assert released.count == traces, released.count
+    return {"us_per_trace": cpu * 1e6 / traces}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--traces", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tree", type=Path, action="append", default=[])
+    parser.add_argument("--worker", choices=PATHS, help="run one path here (for a profiler)")
+    args = parser.parse_args()
+    if args.worker:
+        sys.path.insert(0, os.environ.get("RAGMON_BENCH_TREE") or str(REPO))
+        print(json.dumps(worker(args.worker, args.traces)))
+        return 0
+    trees = [*(tree.resolve() for tree in args.tree), REPO]
+    found: dict[tuple[Path, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for path in PATHS:
+            for tree in trees:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--worker", path, "--traces", str(args.traces)],
+                    env={**os.environ, "RAGMON_BENCH_TREE": str(tree)},
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                value = json.loads(done.stdout.strip().splitlines()[-1])["us_per_trace"]
+                found.setdefault((tree, path), []).append(value)
+    print(f"CPU per trace through the OTLP stages (µs), {args.traces:,} traces, median [range]")
+    for (tree, path), values in found.items():
+        print(
+            f"  {str(tree)[-40:]:<40} {path:<7} {statistics.median(values):7.0f} "
+            f"[{min(values):.0f}-{max(values):.0f}]"
+        )
+    for tree in trees[:-1]:
+        for path in PATHS:
+            ratio = statistics.median(found[(REPO, path)]) / statistics.median(found[(tree, path)])
+            print(f"  {path}: CPU per trace, this tree / {tree.name}: {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
