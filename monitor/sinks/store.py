@@ -11,7 +11,6 @@ step it belongs to.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import re
 import time
@@ -300,13 +299,11 @@ class Store:
         self,
         engine: AsyncEngine,
         batch_size: int = 500,
-        flush_seconds: float = 0.05,
         retry_metrics: RetryMetrics | None = None,
     ):
         self._engine = engine
         self._dialect = engine.dialect.name
         self._batch_size = batch_size
-        self._flush_seconds = flush_seconds
         self._queue: list[_Pending] = []
         self._wakeup = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -428,24 +425,24 @@ class Store:
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(upserts, done, owned))
-        if len(self._queue) >= self._batch_size:
-            self._wakeup.set()
+        self._wakeup.set()
         await done
 
     async def _write_loop(self) -> None:
+        """Group commit without a timer: a transaction starts as soon as a step is queued, and
+        the steps queued while it runs make the next one. A busy store writes large batches
+        (up to `batch_size`), an idle one does not make its writers wait."""
         while True:
             if not self._queue:
                 if self._closed:
                     return
                 self._wakeup.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), self._flush_seconds)
+                await self._wakeup.wait()
+                await asyncio.sleep(0)  # the steps ready to queue in this turn of the loop join
                 continue
             batch = self._queue[: self._batch_size]
             del self._queue[: len(batch)]
             await self._commit(batch)
-            if not self._queue:
-                await asyncio.sleep(self._flush_seconds)
 
     async def _commit(self, batch: list[_Pending]) -> None:
         """Write the steps in one transaction, retried while the database is away. Steps with a
