@@ -25,6 +25,7 @@ from typing import Any
 from aiokafka.structs import TopicPartition
 from prometheus_client import CollectorRegistry
 from sqlalchemy import event, select
+from structlog.testing import capture_logs
 
 from monitor.config import Settings
 from monitor.config.conversation import ConversationConfig
@@ -308,6 +309,65 @@ async def test_a_conversation_revoked_while_its_batch_read_it_is_not_kept_from_t
     finally:
         await store.close()
     assert {r["trace_id"]: r["turn"] for r in rows} == by_start("c", [1, 2, 3])
+
+
+class FirstReadWaits(ConversationStore):
+    """The first batch read waits until a second has been read and kept."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.calls = 0
+        self.second_done = asyncio.Event()
+
+    async def load_many(self, conversation_ids: Any) -> dict[str, StoredConversation]:
+        self.calls += 1
+        found = await super().load_many(conversation_ids)
+        if self.calls == 1:
+            await self.second_done.wait()
+        return found
+
+
+async def test_batch_reads_that_overlap_each_keep_what_they_read(tmp_path: Path) -> None:
+    """Two batches (two partitions) read the store at once and the later one finishes first:
+    each keeps its own read (neither falls back to reading turn by turn), and turns are
+    numbered from what was stored."""
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
+    try:
+        metrics = ConversationMetrics(CollectorRegistry(), AgentLabels(10))
+        writer = ConversationTracker(ConversationConfig(), metrics, store=ConversationStore(store))
+        a1, a2, b1, b2 = (
+            Trace.model_validate(turn(c, m)) for c, m in (("a", 1), ("a", 2), ("b", 1), ("b", 2))
+        )
+        for trace in (a1, b1):
+            await writer.observe(trace, result_of(trace))
+        reads = FirstReadWaits(store)
+        tracker = ConversationTracker(
+            ConversationConfig(),
+            ConversationMetrics(CollectorRegistry(), AgentLabels(10)),
+            store=reads,
+        )
+
+        async def process(trace: Trace, then: asyncio.Event | None) -> None:
+            async with tracker.batch([(trace, [TP])]):
+                with owned_while(lambda: True, (TP,)):
+                    await tracker.observe(trace, result_of(trace))
+            if then is not None:
+                then.set()
+
+        with capture_logs() as logs:
+            first = asyncio.create_task(process(a2, None))
+            await asyncio.sleep(0.05)
+            await asyncio.wait_for(process(b2, reads.second_done), 10)
+            await asyncio.wait_for(first, 10)
+        rows = await store.select_rows(turns_table)
+    finally:
+        await store.close()
+    assert [e for e in logs if e["event"] == "reading a batch's conversations failed"] == []
+    assert reads.calls == 2
+    assert {r["trace_id"]: r["turn"] for r in rows} == {
+        **by_start("a", [1, 2]),
+        **by_start("b", [1, 2]),
+    }
 
 
 # ------------------------------------------------------------------ parameter limits

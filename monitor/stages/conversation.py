@@ -169,7 +169,7 @@ class Step:
     count: bool
 
 
-@dataclass
+@dataclass(eq=False)  # each batch removes its own watch, not an equal one
 class _Watch:
     """What was dropped, revoked or written while a batch read the store: none of it may come
     back from that (older) read."""
