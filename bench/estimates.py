@@ -333,15 +333,15 @@ def estimate_stream(
     ]
     traffic = terms_of(drawn, predictions)
     weighted_terms = terms_of(weighted, [])
-    unpredicted = [Observation(o.cluster, o.weight, o.judge, 0.0) for o in drawn]
+
     estimates: dict[str, tuple[float, float, float] | None] = {
         "raw judged": _binomial(judged),
         "uniform, turns iid": _bounds(uniform(terms_of(_by_trace(drawn), []))),
         "uniform-only": _bounds(uniform(traffic)),
         "judged, weighted": _bounds(
             prediction_powered(
-                terms_of(unpredicted, [0.0] * len(predictions)),
-                terms_of([Observation(o.cluster, o.weight, o.judge, 0.0) for o in weighted], []),
+                terms_of(_unpredicted(drawn), [0.0] * len(predictions)),
+                terms_of(_unpredicted(weighted), []),
             )
         ),
         "PPI, uniform draw": _bounds(prediction_powered(traffic, terms_of(drawn, []))),
@@ -360,6 +360,11 @@ def estimate_stream(
         priority_share=1.0 - uniform_judged / len(judged) if judged else float("nan"),
         estimates=estimates,
     )
+
+
+def _unpredicted(observations: list[Observation]) -> list[Observation]:
+    """The same sample with no prediction: the judged traces' weighted mean alone."""
+    return [Observation(o.cluster, o.weight, o.judge, 0.0) for o in observations]
 
 
 def _by_trace(observations: list[Observation]) -> list[Observation]:

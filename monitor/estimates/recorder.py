@@ -104,10 +104,10 @@ class EstimateRecorder:
         weights: dict[str, float] = {}
         if drawn:
             weights[UNIFORM] = 1.0 / selection.inclusion_probability
-        if chance is not None and chance > 0.0 and selection.inclusion_probability > 0.0:
-            # A priority judged while the draw's rate was 0 has no counterpart in the traffic
-            # the draw would reach: the weighted sample, like the draw, needs every trace's
-            # chance above 0.
+        if chance is not None and selection.inclusion_probability > 0.0:
+            # (the chance is then above 0 too) A priority judged while the draw's rate was 0
+            # has no counterpart in the traffic the draw would reach: the weighted sample, like
+            # the draw, needs every trace's chance above 0.
             weights[JUDGED] = 1.0 / chance
         if not weights:
             return
