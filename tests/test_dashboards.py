@@ -479,3 +479,68 @@ def test_the_estimate_panels_compute_what_the_recording_rules_record(
         [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+_RULE_CASE = re.compile(r"(?:round\()?agent:ragmon_estimate_(ppi|uniform):(mean|lower|upper)(\dh)")
+# Target refs of the population-estimate panels (dashboards/generate.py).
+_ESTIMATE_REFS = {("ppi", "mean"): "A", ("ppi", "lower"): "B", ("ppi", "upper"): "C"}
+_ESTIMATE_REFS[("uniform", "mean")] = "D"
+
+
+def _estimate_panel(board: dict[str, Any], metric: str, quantity: str) -> dict[str, str]:
+    """The committed population-estimate panel of `metric` and `quantity`: ref -> expression."""
+    for panel in panels(board):
+        if not panel["title"].endswith("estimate over all traffic"):
+            continue
+        exprs = {t["refId"]: t["expr"] for t in panel["targets"]}
+        if f'metric="{metric}"' in exprs["A"] and f'quantity="{quantity}"' in exprs["A"]:
+            return exprs
+    raise AssertionError(f"no estimate panel for {metric} {quantity}")
+
+
+@pytest.mark.slow
+def test_the_estimate_panels_show_what_the_recording_rules_record(
+    tmp_path: Path, promtool: str
+) -> None:
+    """The Quality dashboard computes the population estimate and its band over its own window,
+    repeating the recording rules' arithmetic: promtool evaluates the committed panels' queries
+    (window 1h or 6h, every agent) on the input series of rules/tests/estimates.yaml and must
+    get what those rules record there, interval and no interval alike."""
+    spec = yaml.safe_load((ROOT / "rules" / "tests" / "estimates.yaml").read_text())
+    board = committed()["quality-overview.json"]
+    tests = []
+    compared = 0
+    for test in spec["tests"]:
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', test["input_series"][0]["series"]))
+        exprs = _estimate_panel(board, labels["metric"], labels["quantity"])
+        cases = []
+        for case in test["promql_expr_test"]:
+            match = _RULE_CASE.fullmatch(case["expr"].removesuffix(", 0.0001)"))
+            if match is None:
+                continue
+            method, what, window = match.groups()
+            if (method, what) not in _ESTIMATE_REFS:  # the uniform band is not drawn
+                continue
+            query = exprs[_ESTIMATE_REFS[(method, what)]]
+            query = query.replace("$window", window).replace("$agent", ".*")
+            assert "$" not in query, query
+            if case["expr"].startswith("round("):
+                query = f"round({query}, 0.0001)"
+            cases.append({**case, "expr": query})
+        compared += len(cases)
+        tests.append({**test, "promql_expr_test": cases})
+    assert compared >= 9
+    suite = {
+        **spec,
+        "rule_files": [str(ROOT / "rules" / "recording.yaml")],
+        "group_eval_order": [
+            g for g in spec["group_eval_order"] if g.startswith("ragmon-recording")
+        ],
+        "tests": tests,
+    }
+    path = tmp_path / "dashboard_estimates.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
