@@ -2,6 +2,7 @@
 
     python bench/estimates.py [--reps 200] [--traces 20000] [--judge-error 0.05]
                               [--rates 0.02,0.05,0.1,0.3] [--folds 5] [--seed 0] [--json OUT]
+                              [--oracle-tier0]
 
 Streams of traces are built from the labelled RAG answers of ``data/hallucination/`` that have
 a question (see data/README.md), at a chosen true unfaithful rate, as conversations of several
@@ -193,13 +194,18 @@ def assign_folds(cases: list[Case], k: int, seed: int) -> np.ndarray:
     return folds
 
 
-def refit_tier0(cases: list[Case], folds: np.ndarray, k: int, sampler: Sampler) -> None:
+def refit_tier0(
+    cases: list[Case], folds: np.ndarray, k: int, sampler: Sampler, oracle: bool = False
+) -> None:
     """Per held-out fold f: every item's tier-0 support from a grounding model that never saw
     it, and the priority rule the sampler finds with that support. The items of fold f are
     scored by the model fitted on the other folds; an item of another fold g (the calibration's
     training stream) by the model fitted on the folds other than f and g, so that the
     calibration learns on supports as out-of-sample as those it is applied to -- as in
-    production, where the shipped model never saw the traffic."""
+    production, where the shipped model never saw the traffic.
+
+    `oracle`: the support is the human label itself (0 unfaithful, 1 faithful), a tier 0 that
+    is never wrong -- the narrowest interval any tier 0 could give with this judge and sampler."""
     models: dict[frozenset[int], Any] = {}
 
     def model_without(held: frozenset[int]) -> Any:
@@ -217,7 +223,11 @@ def refit_tier0(cases: list[Case], folds: np.ndarray, k: int, sampler: Sampler) 
             if not c.item.features:
                 continue
             model = model_without(frozenset({fold, int(g)}))
-            support = model.support(c.item.language, c.item.features)
+            support = (
+                float(not c.item.hallucinated)
+                if oracle
+                else model.support(c.item.language, c.item.features)
+            )
             c.support[fold] = support
             scores = {**c.tier0.scores, "support": Score.of(support)}
             refitted = c.tier0.model_copy(update={"scores": scores})
@@ -511,12 +521,12 @@ class Prepared:
         return stream
 
 
-def prepare(data: Path, k: int, seed: int, judge_error: float) -> Prepared:
+def prepare(data: Path, k: int, seed: int, judge_error: float, oracle: bool = False) -> Prepared:
     started = time.perf_counter()
     items = [it for it in load_items(data)]
     cases, tier0_cpu = score_cases(items)
     folds = assign_folds(cases, k, seed)
-    refit_tier0(cases, folds, k, Sampler(SamplingConfig()))
+    refit_tier0(cases, folds, k, Sampler(SamplingConfig()), oracle)
     usable = [i for i, c in enumerate(cases) if c.item.trace.query and c.item.features]
     info = {
         "items": len(usable),
@@ -539,9 +549,10 @@ def run(
     k: int,
     seed: int,
     data: Path,
+    oracle: bool = False,
 ) -> tuple[list[Summary], dict[str, Any]]:
     started = time.perf_counter()
-    prepared = prepare(data, k, seed, judge_error)
+    prepared = prepare(data, k, seed, judge_error, oracle)
     cases, info = prepared.cases, prepared.info
     info["recording_cpu_us"] = recording_cost([cases[i] for i in prepared.usable])
     info["warm_up_traces"] = WARM_UP
@@ -610,11 +621,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--oracle-tier0",
+        action="store_true",
+        help="tier 0's support is the human label: the floor of the interval's width",
+    )
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     summaries, info = run(
-        rates, args.reps, args.traces, args.judge_error, args.folds, args.seed, args.data
+        rates,
+        args.reps,
+        args.traces,
+        args.judge_error,
+        args.folds,
+        args.seed,
+        args.data,
+        args.oracle_tier0,
     )
+    if args.oracle_tier0:
+        print("tier 0 replaced by an oracle: the support is the human label")
     print_report(summaries, info, args.traces, args.judge_error, args.folds)
     if args.json:
         args.json.write_text(
