@@ -333,3 +333,57 @@ def test_a_field_is_probed_for_as_its_words_were_looked_up_claim_by_claim(
     key: tuple[str, ...], mentions: dict[str, bool]
 ) -> None:
     assert polarity._mention(polarity._probes(key), mentions) == _mention_key_by_key(key, mentions)
+
+
+def _conflicts_field_by_field(fields: polarity.YesNoFields, statement: str) -> tuple[str, ...]:
+    mentions = polarity._negated_words(statement)  # every adjacent pair joined and stemmed
+    out: list[str] = []
+    for name, values, probes in fields.fields:
+        negated = polarity._mention(probes, mentions)
+        if negated is None:
+            continue
+        if (negated and True in values) or (not negated and values <= {False, None}):
+            out.append(name)
+    return tuple(out)
+
+
+STATEMENT_WORDS = [
+    *KEY_WORDS, "a", "s", "t", "ta", "ke", "no", "not", "doesn't", "without", "but", ";", "is",
+    "available", "offers", "out's", "Take-Out", "WiFi", "TVs", "seats", "outdoors", ",", ".",
+]  # fmt: skip
+FIELD_VALUES = st.frozensets(st.sampled_from([True, False, None]), min_size=1)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(
+        st.lists(st.sampled_from([*KEY_WORDS, "a", "s", "ta"]), min_size=1, max_size=4).map(tuple),
+        FIELD_VALUES,
+        max_size=6,
+    ),
+    st.lists(st.sampled_from(STATEMENT_WORDS), max_size=16).map(" ".join),
+)
+def test_a_statement_contradicts_the_fields_it_did_when_every_field_was_checked(
+    fields: dict[tuple[str, ...], frozenset[bool | None]], statement: str
+) -> None:
+    checked = polarity.YesNoFields.of(fields)
+    assert checked.conflicts(statement) == _conflicts_field_by_field(checked, statement)
+
+
+def test_dev_claims_contradict_the_fields_they_did_when_every_field_was_checked() -> None:
+    rows = [json.loads(line) for line in dev_data_path("hallucination", "dev_en.jsonl").open()]
+    checked = 0
+    for row in rows:
+        fields: dict[tuple[str, ...], set[bool | None]] = {}
+        for context in row.get("contexts") or []:
+            for key, value in polarity.yes_no_fields(context):
+                fields.setdefault(key, set()).add(value)
+        if not fields:
+            continue
+        found = polarity.YesNoFields.of(
+            polarity.distinctive({k: frozenset(v) for k, v in fields.items()})
+        )
+        for statement in text.split_sentences(row.get("answer") or ""):
+            assert found.conflicts(statement) == _conflicts_field_by_field(found, statement)
+            checked += 1
+    assert checked > 100
