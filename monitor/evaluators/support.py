@@ -15,14 +15,16 @@ evidence of invention and cut the support multiplicatively.
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
+import cachetools
 import numpy as np
 
-from monitor.evaluators.context_text import idf, read_context
+from monitor.evaluators.context_text import CACHE_CHARS, CACHE_MAX_CHARS, idf, read_context
 from monitor.evaluators.polarity import YesNoFields, distinctive
 from monitor.evaluators.text import (
     Entity,
@@ -67,15 +69,17 @@ class ContextIndex:
     question_tokens: frozenset[str] = field(default_factory=frozenset)
     question_numbers: frozenset[str] = field(default_factory=frozenset)
     question_text: str = ""
-    _postings: dict[str, np.ndarray] | None = None  # token -> its windows, built when needed
+    # token -> its windows, built when needed, in place: shared by every trace's copy
+    _postings: dict[str, np.ndarray] = field(default_factory=dict)
 
     def postings(self) -> dict[str, np.ndarray]:
-        if self._postings is None:
+        if not self._postings:
             found: dict[str, list[int]] = defaultdict(list)
             for i, (_, tokens) in enumerate(self.windows):
                 for token in tokens:
                     found[token].append(i)
-            self._postings = {t: np.asarray(ids, dtype=np.intp) for t, ids in found.items()}
+            built = {t: np.asarray(ids, dtype=np.intp) for t, ids in found.items()}
+            self._postings.update(built)  # one C call: another thread sees none or all of it
         return self._postings
 
     @classmethod
@@ -86,38 +90,14 @@ class ContextIndex:
         window: int = 2,
         pair_span: int = 0,
     ) -> ContextIndex:
-        reads = [read_context(text, window, pair_span) for _, text in contexts]
-        sentence_sets = [sentence for read in reads for sentence in read.sentences]
-        fields: dict[tuple[str, ...], set[bool | None]] = defaultdict(set)
-        for read in reads:
-            for key, value in read.fields:
-                fields[key].add(value)
-        n = len(sentence_sets)
-        if len(reads) == 1:  # the usual trace of one chunk: its reading is the index's
-            only = reads[0]
-            weights, all_tokens, numbers = only.alone_idf, only.tokens, only.numbers
-            pairs, acrs = only.pairs, only.acronyms
+        texts = tuple(text for _, text in contexts)
+        if sum(map(len, texts)) > CACHE_MAX_CHARS:
+            merged = _merge(texts, window, pair_span)
         else:
-            df: Counter[str] = Counter()
-            for sentence in sentence_sets:
-                df.update(sentence)
-            weights = idf(df, n)
-            all_tokens = frozenset().union(*(read.tokens for read in reads))
-            numbers = frozenset().union(*(read.numbers for read in reads))
-            pairs = frozenset().union(*(read.pairs for read in reads))
-            acrs = frozenset().union(*(read.acronyms for read in reads))
-        return cls(
+            merged = _merge_cached(texts, window, pair_span)
+        return replace(
+            merged,
             ids=[cid for cid, _ in contexts],
-            windows=[(pos, tokens) for pos, read in enumerate(reads) for tokens in read.windows],
-            context_tokens=[read.tokens for read in reads],
-            all_tokens=all_tokens,
-            idf=weights,
-            max_idf=math.log((n + 1) / 0.5),
-            numbers=numbers,
-            text="\n".join(read.lowered for read in reads),
-            fields=YesNoFields.of(distinctive({k: frozenset(v) for k, v in fields.items()})),
-            pairs=pairs,
-            acronyms=acrs,
             question_tokens=frozenset(content_tokens(question)),
             question_numbers=frozenset(number_keys(question)),
             question_text=normalize(question).lower(),
@@ -137,6 +117,53 @@ class ContextIndex:
                 for part in entity.key.split()
             )
         return entity.key in self.text or entity.key in self.question_text
+
+
+def _merge(texts: tuple[str, ...], window: int, pair_span: int) -> ContextIndex:
+    """The index of contexts `texts`, without the trace's ids and question: their readings
+    merged (the same for every trace that retrieves the same contexts)."""
+    reads = [read_context(text, window, pair_span) for text in texts]
+    sentence_sets = [sentence for read in reads for sentence in read.sentences]
+    fields: dict[tuple[str, ...], set[bool | None]] = defaultdict(set)
+    for read in reads:
+        for key, value in read.fields:
+            fields[key].add(value)
+    n = len(sentence_sets)
+    if len(reads) == 1:  # the usual trace of one chunk: its reading is the index's
+        only = reads[0]
+        weights, all_tokens, numbers = only.alone_idf, only.tokens, only.numbers
+        pairs, acrs = only.pairs, only.acronyms
+    else:
+        df: Counter[str] = Counter()
+        for sentence in sentence_sets:
+            df.update(sentence)
+        weights = idf(df, n)
+        all_tokens = frozenset().union(*(read.tokens for read in reads))
+        numbers = frozenset().union(*(read.numbers for read in reads))
+        pairs = frozenset().union(*(read.pairs for read in reads))
+        acrs = frozenset().union(*(read.acronyms for read in reads))
+    return ContextIndex(
+        ids=[],
+        windows=[(pos, tokens) for pos, read in enumerate(reads) for tokens in read.windows],
+        context_tokens=[read.tokens for read in reads],
+        all_tokens=all_tokens,
+        idf=weights,
+        max_idf=math.log((n + 1) / 0.5),
+        numbers=numbers,
+        text="\n".join(read.lowered for read in reads),
+        fields=YesNoFields.of(distinctive({k: frozenset(v) for k, v in fields.items()})),
+        pairs=pairs,
+        acronyms=acrs,
+    )
+
+
+# Traces that retrieve the same contexts (a popular question, several answers to one) share
+# their merge; bounded by the characters of the contexts, as the readings are. Read-only once
+# built (a trace's index is a copy with its own ids and question).
+_MERGED: cachetools.LRUCache[object, ContextIndex] = cachetools.LRUCache(
+    maxsize=CACHE_CHARS, getsizeof=lambda index: len(index.text) or 1
+)
+_merge_cached = cachetools.cached(_MERGED, lock=threading.Lock())(_merge)
 
 
 @dataclass(frozen=True, slots=True)
