@@ -349,7 +349,8 @@ def _conflicts_field_by_field(fields: polarity.YesNoFields, statement: str) -> t
 
 STATEMENT_WORDS = [
     *KEY_WORDS, "a", "s", "t", "ta", "ke", "no", "not", "doesn't", "without", "but", ";", "is",
-    "available", "offers", "out's", "Take-Out", "WiFi", "TVs", "seats", "outdoors", ",", ".",
+    "available", "offers", "out's", "s's", "a's", "ta's", "Take-Out", "WiFi", "TVs", "seats",
+    "outdoors", ",", ".",
 ]  # fmt: skip
 FIELD_VALUES = st.frozensets(st.sampled_from([True, False, None]), min_size=1)
 
