@@ -33,6 +33,7 @@ from monitor.evaluators.text import (
     extract_entities,
     normalize,
     number_keys,
+    token_tuple,
 )
 
 
@@ -205,7 +206,11 @@ _SMALL_INDEX = 64  # windows
 
 
 def _best_window(
-    index: ContextIndex, weights: dict[str, float], total: float, partial: dict[str, float]
+    index: ContextIndex,
+    weights: dict[str, float],
+    total: float,
+    partial: dict[str, float],
+    credits: Credits | None = None,
 ) -> tuple[float, int | None]:
     """The highest window recall and its context position (the first window that reaches it).
 
@@ -217,7 +222,8 @@ def _best_window(
         return 0.0, None
     if len(index.windows) <= _SMALL_INDEX:  # the usual trace: a plain loop beats numpy's setup
         best_local, best_ctx = 0.0, None
-        credits = _credits(weights, partial)
+        if credits is None:
+            credits = _credits(weights, partial)
         tokens = frozenset(weights)
         # a window with none of the tokens gets the partial credits alone, added in the same
         # order as the loop below adds them: the same float, without the loop (about 40% of
@@ -255,8 +261,9 @@ def score_statement(
 ) -> StatementSupport:
     """How well the contexts support `statement`, in [0, 1], with the best evidence context."""
     p = params or SupportParams()
-    toks = content_tokens(statement)
-    weights = {t: index.weight(t) for t in dict.fromkeys(toks)}
+    toks = token_tuple(statement)  # content_tokens without the copy: only read here
+    idf_of, unseen = index.idf.get, index.max_idf
+    weights = {t: math.sqrt(idf_of(t, unseen)) for t in dict.fromkeys(toks)}  # index.weight
     # partial credit: words of an acronym the contexts write ('FLSA'), words of the question
     partial: dict[str, float] = {}
     for acr, run in acronym_runs(normalize(statement)):
@@ -272,8 +279,9 @@ def score_statement(
     total = sum(weights.values())
     if total <= 0.0:
         return StatementSupport(1.0, 1.0, 1.0, None, entities, 0, conflicts)
-    best_local, best_ctx = _best_window(index, weights, total, partial)
-    glob = _recall(weights, total, index.all_tokens, partial)
+    credits = _credits(weights, partial)  # once for the windows and all contexts
+    best_local, best_ctx = _best_window(index, weights, total, partial, credits)
+    glob = _credited(credits, total, index.all_tokens)
     support = p.local_weight * best_local + (1.0 - p.local_weight) * glob
     if p.pair_weight and index.pairs:
         st_pairs = {(a, b) if a <= b else (b, a) for a, b in pairwise(toks)}
@@ -300,7 +308,7 @@ def score_statement(
 def chunk_recall(statement: str, index: ContextIndex) -> Callable[[int], float]:
     """Recall of the statement's content tokens in one context alone, by the context's position
     (chunk usefulness)."""
-    toks = set(content_tokens(statement))
+    toks = set(token_tuple(statement))
     if not toks:
         return lambda pos: 0.0
     weights = {t: index.weight(t) for t in toks}

@@ -397,6 +397,8 @@ def normalized_tokens(norm: str) -> tuple[str, ...]:
 
 # an answer's claims and the question are tokenised by several checks of the same trace
 _content_tokens_cached = lru_cache(maxsize=4096)(tokenize)
+token_tuple = _content_tokens_cached
+""":func:`content_tokens` as a tuple, the cached one itself: for callers that only read it."""
 
 
 def content_tokens(text: str) -> list[str]:
