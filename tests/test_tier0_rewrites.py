@@ -388,3 +388,17 @@ def test_dev_claims_contradict_the_fields_they_did_when_every_field_was_checked(
             assert found.conflicts(statement) == _conflicts_field_by_field(found, statement)
             checked += 1
     assert checked > 100
+
+
+def test_the_word_table_answers_as_the_function_and_holds_at_most_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = text._WORD_TOKENS
+    monkeypatch.setattr(text, "WORD_TOKENS_MAX", 50)
+    table.clear()
+    words = [f"walk{i}ing" for i in range(120)] + ["The", "eight", "4.0"]
+    for word in words:
+        assert text._word_token(word) == text._word_token_of(word)
+        assert len(table) <= 50
+    assert text._word_token("walking") == "walk" and text._word_token("The") == ""
+    table.clear()
