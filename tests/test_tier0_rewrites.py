@@ -402,3 +402,23 @@ def test_the_word_table_answers_as_the_function_and_holds_at_most_its_bound(
         assert len(table) <= 50
     assert text._word_token("walking") == "walk" and text._word_token("The") == ""
     table.clear()
+
+
+def _text_numbers_substituting(value: str) -> list[tuple[str, str]]:
+    if not text.has_digit(value):
+        return []
+    value = text._RE_THOUSANDS.sub(r"\1", value) if "," in value else value
+    value = text._RE_ORDINAL_SUFFIX.sub(r"\1", value)
+    return [
+        (key, m.group(0))
+        for m in text._numbers_written(value)
+        for key in text._number_keys(m.group(1), m.group(2))
+    ]
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_substitutions_searched_for_first_answer_as_the_substitutions_alone(value: str) -> None:
+    assert text.split_camel_case(value) == text._RE_CAMEL.sub(r" \g<0>", value)
+    assert text._without_thousands_separators(value) == text._RE_THOUSANDS.sub(r"\1", value)
+    assert text._text_numbers(value) == _text_numbers_substituting(value)

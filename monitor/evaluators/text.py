@@ -114,7 +114,9 @@ _RE_THOUSANDS = re.compile(r"(\d),(?=\d{3}(?!\d))")
 
 def _without_thousands_separators(text: str) -> str:
     """'1,000' -> '1000'."""
-    return _RE_THOUSANDS.sub(r"\1", text) if "," in text else text
+    if "," not in text or _RE_THOUSANDS.search(text) is None:
+        return text  # most texts: no substitution, whose template costs a Python call
+    return _RE_THOUSANDS.sub(r"\1", text)
 
 
 @lru_cache(maxsize=1024)
@@ -127,6 +129,8 @@ def normalize(text: str) -> str:
 
 def split_camel_case(text: str) -> str:
     """'camelCase' -> 'camel Case', 'HTTPServer' -> 'HTTP Server'."""
+    if _RE_CAMEL.search(text) is None:  # most texts: cheaper than a substitution's template
+        return text
     return _RE_CAMEL.sub(r" \g<0>", text)
 
 
@@ -478,7 +482,8 @@ def _text_numbers(text: str) -> list[tuple[str, str]]:
     if _RE_DIGIT.search(text) is None:
         return []
     text = _without_thousands_separators(text)
-    text = _RE_ORDINAL_SUFFIX.sub(r"\1", text)
+    if _RE_ORDINAL_SUFFIX.search(text) is not None:  # "21st": rare; searching is cheaper
+        text = _RE_ORDINAL_SUFFIX.sub(r"\1", text)
     out: list[tuple[str, str]] = []
     for m in _numbers_written(text):
         for key in _number_keys(m.group(1), m.group(2)):
