@@ -16,17 +16,19 @@ Another checkout is profiled with its tree first on ``PYTHONPATH``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.append(str(REPO))  # after PYTHONPATH: `monitor` may come from another checkout
-
-from bench import tier0_cpu  # noqa: E402
+# bench/tier0_cpu.py beside this file, whatever tree `monitor` (and `bench`) come from
+_SPEC = importlib.util.spec_from_file_location(
+    "tier0_cpu", Path(__file__).with_name("tier0_cpu.py")
+)
+assert _SPEC is not None and _SPEC.loader is not None
+tier0_cpu = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(tier0_cpu)
 
 BAND = (0.3, 0.7)
 LANGUAGE = (
