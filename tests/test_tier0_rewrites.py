@@ -214,6 +214,12 @@ def test_plain_tokens_are_the_words_or_characters_token_by_token(value: str) -> 
     assert grounding.plain_tokens.__wrapped__(value) == _plain_tokens_token_by_token(value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=60))
+def test_ascii_text_has_the_plain_tokens_of_the_unicode_pattern(value: str) -> None:
+    assert grounding.plain_tokens.__wrapped__(value) == _plain_tokens_token_by_token(value)
+
+
 SHOUTED = [*PIECES, "HELLO", "THE USA", "NASA", "Ab", "\u00c9T\u00c9", "\u0130STANBUL", "x" * 7]
 
 
