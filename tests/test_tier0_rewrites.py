@@ -428,3 +428,11 @@ def test_substitutions_searched_for_first_answer_as_the_substitutions_alone(valu
     assert text.split_camel_case(value) == text._RE_CAMEL.sub(r" \g<0>", value)
     assert text._without_thousands_separators(value) == text._RE_THOUSANDS.sub(r"\1", value)
     assert text._text_numbers(value) == _text_numbers_substituting(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(texts, st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=60)))
+def test_ascii_text_is_answered_without_a_search_as_the_searches_answer(value: str) -> None:
+    assert text.has_japanese(value) == (text._RE_JAPANESE_CHAR.search(value) is not None)
+    both = language._RE_LATIN_LETTER.search(value) and language._RE_OTHER_LETTER.search(value)
+    assert language.mixes_scripts(value) == bool(both)

@@ -140,7 +140,7 @@ def has_digit(text: str) -> bool:
 
 def has_japanese(text: str) -> bool:
     """Whether `text` has a kana or kanji character."""
-    return _RE_JAPANESE_CHAR.search(text) is not None
+    return not text.isascii() and _RE_JAPANESE_CHAR.search(text) is not None
 
 
 # The characters that match an ASCII letter under re.IGNORECASE but not once lowercased.
