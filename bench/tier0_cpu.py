@@ -74,14 +74,14 @@ def _clear_caches(keep: frozenset[str] = frozenset()) -> Callable[[], None]:
     return clear
 
 
-def worker(mode: str) -> dict[str, Any]:
+def dev_traces() -> list[tuple[str, Any]]:
+    """(language, Trace) of every labelled dev item, English first, in file order."""
     from datetime import UTC, datetime
 
-    from monitor.evaluators.heuristic import HeuristicEvaluator
     from monitor.models import Context, Trace
 
     epoch = datetime(2025, 1, 1, tzinfo=UTC)
-    traces: list[tuple[str, Trace]] = []
+    traces: list[tuple[str, Any]] = []
     for language, name in LANGUAGES.items():
         with (DATA / name).open(encoding="utf-8") as fh:
             for row in map(json.loads, filter(str.strip, fh)):
@@ -93,6 +93,13 @@ def worker(mode: str) -> dict[str, Any]:
                               contexts=contexts, answer=row.get("answer") or "",
                               language=row.get("lang"))  # fmt: skip
                 traces.append((language, trace))
+    return traces
+
+
+def worker(mode: str) -> dict[str, Any]:
+    from monitor.evaluators.heuristic import HeuristicEvaluator
+
+    traces = dev_traces()
     evaluator = HeuristicEvaluator()
     clear = _clear_caches(keep=WORD_CACHES) if mode == "cold" else None
     gc.collect()

@@ -1,5 +1,5 @@
 """A context is read once and its reading shared by every trace that retrieves it, within a
-bound on the characters the cache holds."""
+bound on the characters the cache holds; so is the merge of a trace's contexts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from monitor.evaluators import context_text
+from monitor.evaluators import context_text, support
 from monitor.evaluators.context_text import read_context
 from monitor.evaluators.support import ContextIndex
 
@@ -20,8 +20,10 @@ CONTEXT = (
 @pytest.fixture(autouse=True)
 def empty_cache() -> Iterator[None]:
     context_text._read_cached.cache_clear()
+    support._merge_cached.cache_clear()
     yield
     context_text._read_cached.cache_clear()
+    support._merge_cached.cache_clear()
 
 
 def test_a_context_is_read_once_and_its_reading_shared() -> None:
@@ -38,8 +40,31 @@ def test_an_index_of_cached_readings_is_the_index_of_fresh_ones() -> None:
     cached = ContextIndex.build(contexts, "How many workers?", window=2, pair_span=1)
     again = ContextIndex.build(contexts, "How many workers?", window=2, pair_span=1)
     context_text._read_cached.cache_clear()
+    support._merge_cached.cache_clear()
     fresh = ContextIndex.build(contexts, "How many workers?", window=2, pair_span=1)
     assert cached == again == fresh
+
+
+def test_traces_retrieving_the_same_contexts_share_their_merge_not_their_ids_or_question() -> None:
+    contexts = [("a", CONTEXT), ("b", "BLS data is published monthly. Workers earn more.")]
+    first = ContextIndex.build(contexts, "How many workers?", window=2, pair_span=1)
+    other = [("x", CONTEXT), ("y", contexts[1][1])]
+    second = ContextIndex.build(other, "When does the office open?", window=2, pair_span=1)
+    assert second.windows is first.windows and second.idf is first.idf  # merged once
+    assert (first.ids, second.ids) == (["a", "b"], ["x", "y"])
+    assert "work" in first.question_tokens and "work" not in second.question_tokens
+    assert "open" in second.question_tokens
+    support._merge_cached.cache_clear()
+    context_text._read_cached.cache_clear()
+    assert second == ContextIndex.build(other, "When does the office open?", 2, 1)
+
+
+def test_the_merges_kept_hold_at_most_the_budget_of_characters() -> None:
+    texts = [f"Context number {i} says the branch opens at {i}:00. " * 200 for i in range(80)]
+    for i in range(0, len(texts), 2):
+        ContextIndex.build([("a", texts[i]), ("b", texts[i + 1])], "", window=2, pair_span=1)
+    assert support._MERGED.currsize <= context_text.CACHE_CHARS
+    assert len(support._MERGED) < len(texts) // 2  # the oldest merges were dropped
 
 
 def test_the_cache_holds_at_most_its_budget_of_characters() -> None:

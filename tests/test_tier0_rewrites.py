@@ -214,6 +214,12 @@ def test_plain_tokens_are_the_words_or_characters_token_by_token(value: str) -> 
     assert grounding.plain_tokens.__wrapped__(value) == _plain_tokens_token_by_token(value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=60))
+def test_ascii_text_has_the_plain_tokens_of_the_unicode_pattern(value: str) -> None:
+    assert grounding.plain_tokens.__wrapped__(value) == _plain_tokens_token_by_token(value)
+
+
 SHOUTED = [*PIECES, "HELLO", "THE USA", "NASA", "Ab", "\u00c9T\u00c9", "\u0130STANBUL", "x" * 7]
 
 
@@ -333,3 +339,100 @@ def test_a_field_is_probed_for_as_its_words_were_looked_up_claim_by_claim(
     key: tuple[str, ...], mentions: dict[str, bool]
 ) -> None:
     assert polarity._mention(polarity._probes(key), mentions) == _mention_key_by_key(key, mentions)
+
+
+def _conflicts_field_by_field(fields: polarity.YesNoFields, statement: str) -> tuple[str, ...]:
+    mentions = polarity._negated_words(statement)  # every adjacent pair joined and stemmed
+    out: list[str] = []
+    for name, values, probes in fields.fields:
+        negated = polarity._mention(probes, mentions)
+        if negated is None:
+            continue
+        if (negated and True in values) or (not negated and values <= {False, None}):
+            out.append(name)
+    return tuple(out)
+
+
+STATEMENT_WORDS = [
+    *KEY_WORDS, "a", "s", "t", "ta", "ke", "no", "not", "doesn't", "without", "but", ";", "is",
+    "available", "offers", "out's", "s's", "a's", "ta's", "Take-Out", "WiFi", "TVs", "seats",
+    "outdoors", ",", ".",
+]  # fmt: skip
+FIELD_VALUES = st.frozensets(st.sampled_from([True, False, None]), min_size=1)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(
+        st.lists(st.sampled_from([*KEY_WORDS, "a", "s", "ta"]), min_size=1, max_size=4).map(tuple),
+        FIELD_VALUES,
+        max_size=6,
+    ),
+    st.lists(st.sampled_from(STATEMENT_WORDS), max_size=16).map(" ".join),
+)
+def test_a_statement_contradicts_the_fields_it_did_when_every_field_was_checked(
+    fields: dict[tuple[str, ...], frozenset[bool | None]], statement: str
+) -> None:
+    checked = polarity.YesNoFields.of(fields)
+    assert checked.conflicts(statement) == _conflicts_field_by_field(checked, statement)
+
+
+def test_dev_claims_contradict_the_fields_they_did_when_every_field_was_checked() -> None:
+    rows = [json.loads(line) for line in dev_data_path("hallucination", "dev_en.jsonl").open()]
+    checked = 0
+    for row in rows:
+        fields: dict[tuple[str, ...], set[bool | None]] = {}
+        for context in row.get("contexts") or []:
+            for key, value in polarity.yes_no_fields(context):
+                fields.setdefault(key, set()).add(value)
+        if not fields:
+            continue
+        found = polarity.YesNoFields.of(
+            polarity.distinctive({k: frozenset(v) for k, v in fields.items()})
+        )
+        for statement in text.split_sentences(row.get("answer") or ""):
+            assert found.conflicts(statement) == _conflicts_field_by_field(found, statement)
+            checked += 1
+    assert checked > 100
+
+
+def test_the_word_table_answers_as_the_function_and_holds_at_most_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = text._WORD_TOKENS
+    monkeypatch.setattr(text, "WORD_TOKENS_MAX", 50)
+    table.clear()
+    words = [f"walk{i}ing" for i in range(120)] + ["The", "eight", "4.0"]
+    for word in words:
+        assert text._word_token(word) == text._word_token_of(word)
+        assert len(table) <= 50
+    assert text._word_token("walking") == "walk" and text._word_token("The") == ""
+    table.clear()
+
+
+def _text_numbers_substituting(value: str) -> list[tuple[str, str]]:
+    if not text.has_digit(value):
+        return []
+    value = text._RE_THOUSANDS.sub(r"\1", value) if "," in value else value
+    value = text._RE_ORDINAL_SUFFIX.sub(r"\1", value)
+    return [
+        (key, m.group(0))
+        for m in text._numbers_written(value)
+        for key in text._number_keys(m.group(1), m.group(2))
+    ]
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_substitutions_searched_for_first_answer_as_the_substitutions_alone(value: str) -> None:
+    assert text.split_camel_case(value) == text._RE_CAMEL.sub(r" \g<0>", value)
+    assert text._without_thousands_separators(value) == text._RE_THOUSANDS.sub(r"\1", value)
+    assert text._text_numbers(value) == _text_numbers_substituting(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(texts, st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=60)))
+def test_ascii_text_is_answered_without_a_search_as_the_searches_answer(value: str) -> None:
+    assert text.has_japanese(value) == (text._RE_JAPANESE_CHAR.search(value) is not None)
+    both = language._RE_LATIN_LETTER.search(value) and language._RE_OTHER_LETTER.search(value)
+    assert language.mixes_scripts(value) == bool(both)

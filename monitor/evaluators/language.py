@@ -190,6 +190,8 @@ _RE_OTHER_LETTER = re.compile("[^\\W\\d_A-Za-z\u00c0-\u024f]")
 
 def mixes_scripts(text: str) -> bool:
     """Whether `text` has Latin letters and letters of another script."""
+    if text.isascii():  # every ASCII letter is Latin (isascii reads a flag: no scan)
+        return False
     return bool(_RE_LATIN_LETTER.search(text) and _RE_OTHER_LETTER.search(text))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from monitor.evaluators.text import NEGATIONS_EN, STOPWORDS, normalize, stem, wordset
 
@@ -66,13 +66,18 @@ _PASSIVE = wordset(
 )
 
 
-def _negated_words(statement: str) -> dict[str, bool]:
+def _negated_words(statement: str, starts: frozenset[str] | None = None) -> dict[str, bool]:
     """Stemmed word -> whether every mention of it in `statement` is under a negation.
 
     A negation cue ('no', 'not', 'without', "doesn't"...) covers the words after it up to a
     contrast word ('but', 'while', ...) or ';'. A negated passive predicate ('is not available',
     'were not specified') also covers the words before it, back to the previous contrast word.
     Adjacent words are also indexed joined ('take-out' -> 'takeout').
+
+    `starts`: the first two letters of every stem that will be looked up; only words and
+    joined pairs opening with one of them are stemmed and indexed. :func:`stem` keeps a word's
+    first two letters (the first alone of a one-letter word with "'s"), so no other word's stem
+    can be one of those looked up.
     """
     words = _RE_WORD_OR_SEMICOLON.findall(normalize(statement).lower())
     neg = [False] * len(words)
@@ -90,12 +95,17 @@ def _negated_words(statement: str) -> dict[str, bool]:
                     neg[j] = True
         neg[i] = neg[i] or forward
     out: dict[str, bool] = {}
-    stems = [stem(w) for w in words]
-    for i, (t, n) in enumerate(zip(stems, neg, strict=True)):
-        out[t] = out.get(t, True) and n
-        if i + 1 < len(stems):
-            joined = stem(words[i] + words[i + 1])
-            out[joined] = out.get(joined, True) and n
+    last = len(words) - 1
+    for i, w in enumerate(words):
+        n = neg[i]
+        if starts is None or (w[:2] if w[1:2] != "'" else w[:1]) in starts:
+            t = stem(w)
+            out[t] = out.get(t, True) and n
+        if i < last:
+            pair = w + words[i + 1]
+            if starts is None or pair[:2] in starts:  # most pairs: no stem, no cache miss
+                joined = stem(pair)
+                out[joined] = out.get(joined, True) and n
     return out
 
 
@@ -117,19 +127,43 @@ class YesNoFields:
     each field is looked for as is worked out once (:meth:`of`), not once per claim."""
 
     fields: tuple[tuple[str, frozenset[bool | None], tuple[Probe, ...]], ...] = ()
+    # the first two letters of every word and joined form the probes look up: a statement's
+    # words, and adjacent words joined, are stemmed only when they open one of them
+    starts: frozenset[str] = frozenset()
+    # the first word and the joined form of every probe -> the fields probed for by it: a
+    # field none of whose probes has these in a statement is not mentioned there
+    by_key: Mapping[str, tuple[int, ...]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, fields: Fields) -> YesNoFields:
-        return cls(tuple((" ".join(key), values, _probes(key)) for key, values in fields.items()))
+        checked = tuple((" ".join(key), values, _probes(key)) for key, values in fields.items())
+        looked_up = {
+            key for _, _, probes in checked for part, joined in probes for key in (*part, joined)
+        }
+        by_key: dict[str, list[int]] = {}
+        for pos, (_, _, probes) in enumerate(checked):
+            for part, joined in probes:
+                for key in (part[0], joined):
+                    if pos not in by_key.setdefault(key, []):
+                        by_key[key].append(pos)
+        return cls(
+            checked,
+            frozenset(key[:2] for key in looked_up),
+            {key: tuple(found) for key, found in by_key.items()},
+        )
 
     def __bool__(self) -> bool:
         return bool(self.fields)
 
     def conflicts(self, statement: str) -> tuple[str, ...]:
         """Fields the statement contradicts: affirms a false/null field or denies a true one."""
-        mentions = _negated_words(statement)
+        mentions = _negated_words(statement, self.starts)
+        candidates = {
+            pos for key in self.by_key.keys() & mentions.keys() for pos in self.by_key[key]
+        }
         out: list[str] = []
-        for name, values, probes in self.fields:
+        for pos in sorted(candidates):  # in the fields' order, as every field was checked
+            name, values, probes = self.fields[pos]
             negated = _mention(probes, mentions)
             if negated is None:
                 continue

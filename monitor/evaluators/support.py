@@ -15,14 +15,16 @@ evidence of invention and cut the support multiplicatively.
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
+import cachetools
 import numpy as np
 
-from monitor.evaluators.context_text import idf, read_context
+from monitor.evaluators.context_text import CACHE_CHARS, CACHE_MAX_CHARS, idf, read_context
 from monitor.evaluators.polarity import YesNoFields, distinctive
 from monitor.evaluators.text import (
     Entity,
@@ -31,6 +33,7 @@ from monitor.evaluators.text import (
     extract_entities,
     normalize,
     number_keys,
+    token_tuple,
 )
 
 
@@ -67,15 +70,17 @@ class ContextIndex:
     question_tokens: frozenset[str] = field(default_factory=frozenset)
     question_numbers: frozenset[str] = field(default_factory=frozenset)
     question_text: str = ""
-    _postings: dict[str, np.ndarray] | None = None  # token -> its windows, built when needed
+    # token -> its windows, built when needed, in place: shared by every trace's copy
+    _postings: dict[str, np.ndarray] = field(default_factory=dict)
 
     def postings(self) -> dict[str, np.ndarray]:
-        if self._postings is None:
+        if not self._postings:
             found: dict[str, list[int]] = defaultdict(list)
             for i, (_, tokens) in enumerate(self.windows):
                 for token in tokens:
                     found[token].append(i)
-            self._postings = {t: np.asarray(ids, dtype=np.intp) for t, ids in found.items()}
+            built = {t: np.asarray(ids, dtype=np.intp) for t, ids in found.items()}
+            self._postings.update(built)  # one C call: another thread sees none or all of it
         return self._postings
 
     @classmethod
@@ -86,38 +91,14 @@ class ContextIndex:
         window: int = 2,
         pair_span: int = 0,
     ) -> ContextIndex:
-        reads = [read_context(text, window, pair_span) for _, text in contexts]
-        sentence_sets = [sentence for read in reads for sentence in read.sentences]
-        fields: dict[tuple[str, ...], set[bool | None]] = defaultdict(set)
-        for read in reads:
-            for key, value in read.fields:
-                fields[key].add(value)
-        n = len(sentence_sets)
-        if len(reads) == 1:  # the usual trace of one chunk: its reading is the index's
-            only = reads[0]
-            weights, all_tokens, numbers = only.alone_idf, only.tokens, only.numbers
-            pairs, acrs = only.pairs, only.acronyms
+        texts = tuple(text for _, text in contexts)
+        if sum(map(len, texts)) > CACHE_MAX_CHARS:
+            merged = _merge(texts, window, pair_span)
         else:
-            df: Counter[str] = Counter()
-            for sentence in sentence_sets:
-                df.update(sentence)
-            weights = idf(df, n)
-            all_tokens = frozenset().union(*(read.tokens for read in reads))
-            numbers = frozenset().union(*(read.numbers for read in reads))
-            pairs = frozenset().union(*(read.pairs for read in reads))
-            acrs = frozenset().union(*(read.acronyms for read in reads))
-        return cls(
+            merged = _merge_cached(texts, window, pair_span)
+        return replace(
+            merged,
             ids=[cid for cid, _ in contexts],
-            windows=[(pos, tokens) for pos, read in enumerate(reads) for tokens in read.windows],
-            context_tokens=[read.tokens for read in reads],
-            all_tokens=all_tokens,
-            idf=weights,
-            max_idf=math.log((n + 1) / 0.5),
-            numbers=numbers,
-            text="\n".join(read.lowered for read in reads),
-            fields=YesNoFields.of(distinctive({k: frozenset(v) for k, v in fields.items()})),
-            pairs=pairs,
-            acronyms=acrs,
             question_tokens=frozenset(content_tokens(question)),
             question_numbers=frozenset(number_keys(question)),
             question_text=normalize(question).lower(),
@@ -137,6 +118,53 @@ class ContextIndex:
                 for part in entity.key.split()
             )
         return entity.key in self.text or entity.key in self.question_text
+
+
+def _merge(texts: tuple[str, ...], window: int, pair_span: int) -> ContextIndex:
+    """The index of contexts `texts`, without the trace's ids and question: their readings
+    merged (the same for every trace that retrieves the same contexts)."""
+    reads = [read_context(text, window, pair_span) for text in texts]
+    sentence_sets = [sentence for read in reads for sentence in read.sentences]
+    fields: dict[tuple[str, ...], set[bool | None]] = defaultdict(set)
+    for read in reads:
+        for key, value in read.fields:
+            fields[key].add(value)
+    n = len(sentence_sets)
+    if len(reads) == 1:  # the usual trace of one chunk: its reading is the index's
+        only = reads[0]
+        weights, all_tokens, numbers = only.alone_idf, only.tokens, only.numbers
+        pairs, acrs = only.pairs, only.acronyms
+    else:
+        df: Counter[str] = Counter()
+        for sentence in sentence_sets:
+            df.update(sentence)
+        weights = idf(df, n)
+        all_tokens = frozenset().union(*(read.tokens for read in reads))
+        numbers = frozenset().union(*(read.numbers for read in reads))
+        pairs = frozenset().union(*(read.pairs for read in reads))
+        acrs = frozenset().union(*(read.acronyms for read in reads))
+    return ContextIndex(
+        ids=[],
+        windows=[(pos, tokens) for pos, read in enumerate(reads) for tokens in read.windows],
+        context_tokens=[read.tokens for read in reads],
+        all_tokens=all_tokens,
+        idf=weights,
+        max_idf=math.log((n + 1) / 0.5),
+        numbers=numbers,
+        text="\n".join(read.lowered for read in reads),
+        fields=YesNoFields.of(distinctive({k: frozenset(v) for k, v in fields.items()})),
+        pairs=pairs,
+        acronyms=acrs,
+    )
+
+
+# Traces that retrieve the same contexts (a popular question, several answers to one) share
+# their merge; bounded by the characters of the contexts, as the readings are. Read-only once
+# built (a trace's index is a copy with its own ids and question).
+_MERGED: cachetools.LRUCache[object, ContextIndex] = cachetools.LRUCache(
+    maxsize=CACHE_CHARS, getsizeof=lambda index: len(index.text) or 1
+)
+_merge_cached = cachetools.cached(_MERGED, lock=threading.Lock())(_merge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +206,11 @@ _SMALL_INDEX = 64  # windows
 
 
 def _best_window(
-    index: ContextIndex, weights: dict[str, float], total: float, partial: dict[str, float]
+    index: ContextIndex,
+    weights: dict[str, float],
+    total: float,
+    partial: dict[str, float],
+    credits: Credits | None = None,
 ) -> tuple[float, int | None]:
     """The highest window recall and its context position (the first window that reaches it).
 
@@ -190,7 +222,8 @@ def _best_window(
         return 0.0, None
     if len(index.windows) <= _SMALL_INDEX:  # the usual trace: a plain loop beats numpy's setup
         best_local, best_ctx = 0.0, None
-        credits = _credits(weights, partial)
+        if credits is None:
+            credits = _credits(weights, partial)
         tokens = frozenset(weights)
         # a window with none of the tokens gets the partial credits alone, added in the same
         # order as the loop below adds them: the same float, without the loop (about 40% of
@@ -228,8 +261,9 @@ def score_statement(
 ) -> StatementSupport:
     """How well the contexts support `statement`, in [0, 1], with the best evidence context."""
     p = params or SupportParams()
-    toks = content_tokens(statement)
-    weights = {t: index.weight(t) for t in dict.fromkeys(toks)}
+    toks = token_tuple(statement)  # content_tokens without the copy: only read here
+    idf_of, unseen = index.idf.get, index.max_idf
+    weights = {t: math.sqrt(idf_of(t, unseen)) for t in dict.fromkeys(toks)}  # index.weight
     # partial credit: words of an acronym the contexts write ('FLSA'), words of the question
     partial: dict[str, float] = {}
     for acr, run in acronym_runs(normalize(statement)):
@@ -245,8 +279,9 @@ def score_statement(
     total = sum(weights.values())
     if total <= 0.0:
         return StatementSupport(1.0, 1.0, 1.0, None, entities, 0, conflicts)
-    best_local, best_ctx = _best_window(index, weights, total, partial)
-    glob = _recall(weights, total, index.all_tokens, partial)
+    credits = _credits(weights, partial)  # once for the windows and all contexts
+    best_local, best_ctx = _best_window(index, weights, total, partial, credits)
+    glob = _credited(credits, total, index.all_tokens)
     support = p.local_weight * best_local + (1.0 - p.local_weight) * glob
     if p.pair_weight and index.pairs:
         st_pairs = {(a, b) if a <= b else (b, a) for a, b in pairwise(toks)}
@@ -273,7 +308,7 @@ def score_statement(
 def chunk_recall(statement: str, index: ContextIndex) -> Callable[[int], float]:
     """Recall of the statement's content tokens in one context alone, by the context's position
     (chunk usefulness)."""
-    toks = set(content_tokens(statement))
+    toks = set(token_tuple(statement))
     if not toks:
         return lambda pos: 0.0
     weights = {t: index.weight(t) for t in toks}
