@@ -4,6 +4,7 @@ flattened `prefix.N.*` groups and framework envelopes. Shared by the OTLP mappin
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -76,12 +77,21 @@ def attribute_index(attributes: Mapping[str, Any]) -> dict[str, list[dict[str, A
     its groups in N order (a key `a.0.b.1.c` is in the groups of both `a` and `a.0.b`)."""
     index: dict[str, dict[int, dict[str, Any]]] = {}
     for key, value in attributes.items():
-        for dot in _DOT_BEFORE_DIGIT.finditer(key):
-            match = _INDEXED.match(key, dot.end())
-            if match:
-                by_n = index.setdefault(key[: dot.start()], {})
-                by_n.setdefault(int(match.group(1)), {})[match.group(2)] = value
+        for prefix, n, rest in _key_groups(key):
+            index.setdefault(prefix, {}).setdefault(n, {})[rest] = value
     return {prefix: [groups[i] for i in sorted(groups)] for prefix, groups in index.items()}
+
+
+@functools.lru_cache(maxsize=16384)
+def _key_groups(key: str) -> tuple[tuple[str, int, str], ...]:
+    """Every (prefix, N, rest) a key `prefix.N.rest` belongs to. Cached: the same few keys come
+    in every span of an instrumentation, and parsing them was most of `attribute_index`."""
+    found = []
+    for dot in _DOT_BEFORE_DIGIT.finditer(key):
+        match = _INDEXED.match(key, dot.end())
+        if match:
+            found.append((key[: dot.start()], int(match.group(1)), match.group(2)))
+    return tuple(found)
 
 
 def unwrap(value: Any) -> Any:
