@@ -42,13 +42,23 @@ class Stage(Protocol):
     def on_assigned(self, assignment: set[TopicPartition]) -> None: ...
 
 
+@runtime_checkable
+class Timed(Protocol):
+    """A stage whose `tick` has work due at a known time (traces whose assembly settles)."""
+
+    def due_in(self, now: float) -> float | None:
+        """Seconds from `now` (monotonic) until its tick has work due; None: nothing waits."""
+        ...
+
+
 class Source(Protocol):
     """Where a consume loop reads raw messages: a Kafka consumer group, or a file."""
 
     name: str
 
-    async def fetch(self) -> Sequence[RawMessage] | None:
-        """The next batch (empty when nothing came for a while); None when the input ended."""
+    async def fetch(self, wait_at_most: float | None = None) -> Sequence[RawMessage] | None:
+        """The next batch (empty when nothing came for a while, or for `wait_at_most` seconds
+        when given: a stage has work due by then); None when the input ended."""
         ...
 
     async def commit_if_due(self) -> None:

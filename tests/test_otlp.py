@@ -611,6 +611,26 @@ def test_a_complete_trace_settles_so_a_child_read_just_after_its_root_still_join
     assert len(mapped_release(done).contexts) == 2
 
 
+def test_the_assembler_says_when_its_next_release_is_due() -> None:
+    """What the consume loop bounds its fetch's wait by: a settling trace is released when it
+    has settled, not up to a whole empty fetch later."""
+    app = App()
+    openinference_rag(app)
+    retriever, llm, root = app.spans()
+    target = assembler(settle_seconds=1.0, max_seconds=60.0)
+    assert target.due_in(0.0) is None, "nothing held"
+    (part,) = parts_of([retriever, llm])
+    add(target, part, "m1", now=0.0)
+    assert target.due_in(0.5) == 59.5, "pending: due at its maximum wait"
+    (part,) = parts_of([root])
+    add(target, part, "m2", now=2.0)
+    assert target.due_in(2.25) == 0.75, "complete at 2.0: settled at 3.0"
+    assert target.pop_ready(2.9) == [] and target.due_in(2.9) == pytest.approx(0.1)
+    (done,) = target.pop_ready(3.0)
+    assert done.complete
+    assert target.due_in(3.0) is None, "released; kept for late spans, nothing is due"
+
+
 def test_a_missing_parent_keeps_a_trace_waiting_until_the_maximum() -> None:
     app = App()
     tracer = app.tracer

@@ -309,6 +309,22 @@ class TraceAssembler(Generic[T]):
                 releases.append(self._release(self._entries[trace_id], "max_wait", now))
         return releases
 
+    def due_in(self, now: float) -> float | None:
+        """Seconds until `pop_ready` next has a trace to release that is settled, has waited
+        `max_seconds` or was held until now (0: already); None when none is waiting. Revisions
+        due at the end of a grace period are not counted: they are rare, and never late by
+        more than the caller's own ticking."""
+        if self._shed:
+            return 0.0
+        deadlines = []
+        if self._ready:
+            deadlines.append(next(iter(self._ready.values())) + self.settle_seconds)
+        if self._pending:
+            deadlines.append(self._entries[next(iter(self._pending))].first_seen + self.max_seconds)
+        if self._held_order:
+            deadlines.append(self._held_order[0][0])
+        return max(0.0, min(deadlines) - now) if deadlines else None
+
     def flush(self, now: float) -> list[Release[T]]:
         """Release everything that has news now and forget it all (the end of a replay)."""
         releases, self._shed = self._shed, []

@@ -255,7 +255,9 @@ class FileSource:
     def __init__(self, path: str, max_line_bytes: int, stop: asyncio.Event | None = None) -> None:
         self._batches = read_lines(path, max_line_bytes, stop=stop)
 
-    async def fetch(self) -> list[RawMessage] | None:
+    async def fetch(self, wait_at_most: float | None = None) -> list[RawMessage] | None:
+        """The next batch of lines (a replay releases what it assembles at its end: it does
+        not wait for settling, so `wait_at_most` does not apply)."""
         return await anext(self._batches, None)
 
     async def commit_if_due(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,8 @@ from monitor.typing import PartitionListener
 log = structlog.get_logger(__name__)
 
 REVOKE_WAIT_SECONDS = 5.0
+FETCH_WAIT_MS = 500  # a fetch with nothing to read returns empty after this, for the ticks
+MIN_FETCH_WAIT_MS = 10
 
 
 def producer_kwargs(config: KafkaConfig) -> dict[str, Any]:
@@ -146,7 +149,13 @@ class KafkaSource:
             return None
         return max(0.0, time.time() - max(stamps) / 1000.0)
 
-    async def fetch(self, timeout_ms: int = 500) -> list[RawMessage]:
+    async def fetch(self, wait_at_most: float | None = None) -> list[RawMessage]:
+        """What the consumer has, waiting up to 500 ms for something (less when `wait_at_most`
+        says a stage has work due sooner; at least 10 ms, so that work due but not done yet
+        cannot spin the loop)."""
+        timeout_ms = FETCH_WAIT_MS
+        if wait_at_most is not None:
+            timeout_ms = max(MIN_FETCH_WAIT_MS, min(FETCH_WAIT_MS, math.ceil(wait_at_most * 1000)))
         batches = await self._consumer.getmany(
             timeout_ms=timeout_ms, max_records=self._config.fetch_max_records
         )

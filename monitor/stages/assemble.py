@@ -234,6 +234,10 @@ class AssembleStage:
         await self._release(self._assembler.pop_ready(now), now)
         self._shedding.flush(**self._held())
 
+    def due_in(self, now: float) -> float | None:
+        """Seconds until a trace is due for release (None while a rebalance is under way)."""
+        return None if self._rebalancing else self._assembler.due_in(now)
+
     async def drain(self, deadline: float) -> bool:
         if self._flush_at_drain:
             await self.flush()

@@ -16,6 +16,7 @@ Where this sits in the data flow: docs/architecture.md.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka.structs import TopicPartition
@@ -27,7 +28,7 @@ from monitor.sinks.produce import ProduceRejected
 from monitor.sources.offsets import OffsetTracker
 from monitor.stages.reject import Rejecter
 from monitor.stages.router import Router
-from monitor.typing import Source, Stage
+from monitor.typing import Source, Stage, Timed
 
 
 class ConsumeLoop:
@@ -65,7 +66,7 @@ class ConsumeLoop:
         while not self._stopping():
             if self._beat is not None:
                 await self._beat()
-            batch = await source.fetch()
+            batch = await source.fetch(self._due_in())
             if batch is None:
                 break  # the input ended
             try:
@@ -108,6 +109,17 @@ class ConsumeLoop:
     async def _tick(self) -> None:
         for stage in self._stages:
             await stage.tick()
+
+    def _due_in(self) -> float | None:
+        """How long the fetch may wait before a stage's tick has work due (a trace settled):
+        released on time, not up to a fetch's whole wait later."""
+        now = time.monotonic()
+        waits = [
+            wait
+            for stage in self._stages
+            if isinstance(stage, Timed) and (wait := stage.due_in(now)) is not None
+        ]
+        return min(waits, default=None)
 
     def busy(self, partitions: set[TopicPartition]) -> bool:
         """Work of these partitions is being handed on right now (a revocation waits for it)."""
