@@ -88,7 +88,7 @@ def test_the_fetch_waits_no_longer_than_the_next_trace_to_settle() -> None:
         on_fatal=lambda exc: None,
         drain_deadline=lambda: math.inf,
     )
-    asyncio.run(loop.run(source))  # type: ignore[arg-type]
+    asyncio.run(loop.run(source))
     first, after_export, *rest = source.waits
     assert first is None, "nothing held: the source's own wait"
     assert after_export is not None and 0.1 < after_export <= 0.2, "the trace settles by then"
