@@ -4,9 +4,9 @@ Fetch a batch; begin every message in the offset tracker (it is finished by whic
 completes its work); let the router say which stage takes each message, and reject what none
 can; hand each stage its share, in the order the data flows; tick every stage (time-driven
 work); commit what is finished when due. A fetch that finds nothing waits no longer than a
-stage's next time-driven work is due (`Timed`: a trace settling in the assembler). At a stop, or at the end of a file, every stage drains
-in the same order (what it holds goes on, or is left uncommitted for the next owner), and what
-is finished is committed.
+stage's next time-driven work is due (`Timed`: a trace settling in the assembler). At a stop,
+or at the end of a file, every stage drains in the same order (what it holds goes on, or is
+left uncommitted for the next owner), and what is finished is committed.
 
 A write the cluster refuses for good (`ProduceRejected`) stops the loop: the daemon stops, the
 message stays uncommitted. Rebalances of a Kafka consumer are passed to every stage.
