@@ -216,8 +216,14 @@ async def _poll(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.005)
 
 
-async def scored(settings: Settings, expected: int, results_topic: str) -> float:
-    """Traces/s through the default scoring stage, from the first processed to the last."""
+async def scored(
+    settings: Settings,
+    expected: int,
+    results_topic: str,
+    on_first_read: Callable[[], object] | None = None,
+) -> float:
+    """Traces/s through the default scoring stage, from the first processed to the last;
+    `on_first_read` is called when the measured span starts (a profiler attaching)."""
     with tempfile.TemporaryDirectory() as workdir:
         settings = settings.model_copy(deep=True)
         settings.store.url = SecretStr(f"sqlite+aiosqlite:///{Path(workdir) / 'results.db'}")
@@ -240,6 +246,8 @@ async def scored(settings: Settings, expected: int, results_topic: str) -> float
         # assembles a whole fetch (up to 500 exports) before its first trace is scored.
         consumed, processed = daemon.metrics.messages_consumed, daemon.metrics.traces_processed
         await _until(lambda: _poll(lambda: total(consumed) > 0), task)
+        if on_first_read is not None:
+            on_first_read()
         first, cpu = time.perf_counter(), time.process_time()
         done = lambda: total(processed, outcome="ok") >= expected  # noqa: E731
         await _until(lambda: _poll(done), task)
