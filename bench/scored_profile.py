@@ -60,7 +60,8 @@ PARTS = (
 
 def _stacks(path: Path) -> list[tuple[list[str], int]]:
     stacks = []
-    for line in path.read_text().splitlines():
+    # split on newlines only: a frame's name may hold other line-breaking characters
+    for line in path.read_text(errors="replace").split("\n"):
         frames, _, count = line.rpartition(" ")
         if frames:
             stacks.append((frames.split(";"), int(count)))
