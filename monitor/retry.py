@@ -158,6 +158,13 @@ class RetryPolicy:
     async def call(self, operation: Callable[[], Awaitable[T]], **context: object) -> T:
         """Run `operation` until it succeeds, fails for good or the policy gives up; `context`
         is added to the retry log lines."""
+        # Nearly every call succeeds at once: the first attempt runs without tenacity, whose
+        # set-up cost about as much as a produce (issue 26); a failure of it is handed to
+        # tenacity as its first attempt's, so what follows is as if tenacity had made it.
+        try:
+            return await operation()
+        except BaseException as failure:
+            first: BaseException | None = failure
         # A new AsyncRetrying per call: tenacity keeps its per-call state on the instance.
         call = object()
         retrying = tenacity.AsyncRetrying(
@@ -170,6 +177,10 @@ class RetryPolicy:
         )
 
         async def attempt() -> T:
+            nonlocal first
+            if first is not None:
+                failure, first = first, None
+                raise failure
             # tenacity awaits only what it sees is a coroutine function (a lambda is not)
             return await operation()
 

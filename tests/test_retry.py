@@ -215,3 +215,22 @@ def test_parse_retry_after_reads_every_header_mapping_without_regard_to_case() -
     assert parse_retry_after(httpx.Headers({"RETRY-AFTER": date}), now=now) == 4.0
     assert parse_retry_after(CIMultiDict({"retry-After": "1"})) == 1.0  # aiohttp's headers
     assert parse_retry_after({"RETRY-AFTER": "1"}) == 1.0  # a plain dict
+
+
+async def test_the_first_attempt_counts_as_one_of_the_bounded_attempts() -> None:
+    # The first attempt runs outside tenacity: its failure must still be attempt 1 of `attempts`.
+    sleeps = Sleeps()
+    operation = failing(5)
+    with pytest.raises(RetriesExhausted) as info:
+        await policy(sleeps, attempts=1).call(operation)
+    assert operation.calls == [1] and info.value.attempts == 1 and sleeps == []
+    assert await policy(sleeps, attempts=2).call(failing(1, "second")) == "second"
+    assert len(sleeps) == 1
+
+
+async def test_a_call_that_succeeds_at_once_neither_waits_nor_registers() -> None:
+    sleeps, calls, registry = Sleeps(), FailingCalls(), CollectorRegistry()
+    metrics = RetryMetrics(registry)
+    result = await policy(sleeps, failing=calls, metrics=metrics).call(failing(0, "at once"))
+    assert result == "at once" and sleeps == [] and calls.oldest() is None
+    assert registry.get_sample_value("ragmon_retries_total", {"operation": "store"}) in (None, 0)

@@ -12,7 +12,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from monitor import metrics_catalog as catalog
-from monitor.metrics import AgentLabels
+from monitor.metrics import AgentLabels, Children
 from monitor.models import EvaluationResult, Selection
 
 MAX_EXEMPLAR_ID_CHARS = 64
@@ -97,6 +97,13 @@ class ScoringMetrics:
         self.estimate_weighted_terms = catalog.create(catalog.ESTIMATE_WEIGHTED_TERMS, r)
         self.rolling = RollingMeans(rolling_window_seconds)
         r.register(self.rolling)
+        # the children a trace updates, looked up once per label values
+        self.score_series = Children(self.scores)
+        self.evaluation_series = Children(self.evaluations)
+        self.flag_series = Children(self.flags)
+        self.published = Children(self.results_published)
+        self.written = Children(self.store_writes)
+        self.rate_series = Children(self.effective_rate)
 
     def record(self, result: EvaluationResult) -> None:
         agent = self.agent_label(result.agent)
@@ -114,12 +121,12 @@ class ScoringMetrics:
                 self.unmeasured.labels(agent, metric, evaluator, score.reason or "unknown").inc()
                 continue
             series = (agent, metric, evaluator, selection)
-            self.scores.labels(*series).observe(score.value, exemplar=exemplar)
+            self.score_series(*series).observe(score.value, exemplar=exemplar)
             self.rolling.add(series, score.value)
         outcome = "error" if result.errors and unmeasured else ("partial" if unmeasured else "ok")
-        self.evaluations.labels(agent, evaluator, outcome).inc()
+        self.evaluation_series(agent, evaluator, outcome).inc()
         for flag in result.flags:
-            self.flags.labels(agent, flag).inc()
+            self.flag_series(agent, flag).inc()
         supported = sum(1 for s in result.statements if s.supported)
         if supported:
             self.statements.labels(agent, evaluator, "supported").inc(supported)

@@ -303,6 +303,7 @@ class Store:
     ):
         self._engine = engine
         self._dialect = engine.dialect.name
+        self._statements: dict[tuple[str, str | None], Any] = {}
         self._batch_size = batch_size
         self._queue: list[_Pending] = []
         self._wakeup = asyncio.Event()
@@ -531,12 +532,23 @@ class Store:
             await self._upsert(conn, table, rows)
 
     def _upsert_statement(self, table: Table, owner: str | None = None) -> Any:
+        """The table's upsert (guarded by `owner`: returning the keys written), built once: a
+        statement built anew is also hashed anew for SQLAlchemy's compiled cache."""
+        statement = self._statements.get((table.name, owner))
+        if statement is None:
+            statement = self._statements[(table.name, owner)] = self._new_upsert(table, owner)
+        return statement
+
+    def _new_upsert(self, table: Table, owner: str | None) -> Any:
         keys = [c.name for c in table.primary_key.columns]
         insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
         stmt = insert(table)
         updated = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
-        where = None if owner is None else table.c[owner] == stmt.excluded[owner]
-        return stmt.on_conflict_do_update(index_elements=keys, set_=updated, where=where)
+        if owner is None:
+            return stmt.on_conflict_do_update(index_elements=keys, set_=updated)
+        where = table.c[owner] == stmt.excluded[owner]
+        upsert = stmt.on_conflict_do_update(index_elements=keys, set_=updated, where=where)
+        return upsert.returning(*table.primary_key.columns)
 
     async def _upsert(
         self, conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]
@@ -555,7 +567,7 @@ class Store:
         of another owner is left alone, its key missing from the answer)."""
         table, owner = upserts[0].table, upserts[0].owner
         unique = list({u.key: u.row for u in upserts}.values())
-        stmt = self._upsert_statement(table, owner).returning(*table.primary_key.columns)
+        stmt = self._upsert_statement(table, owner)
         return {tuple(row) for row in await conn.execute(stmt, unique)}
 
     async def get_result(self, trace_id: str, evaluator: str) -> EvaluationResult | None:

@@ -57,7 +57,7 @@ from monitor.config.conversation import ConversationConfig
 from monitor.evaluators.constraints import check_constraint
 from monitor.evaluators.multiturn import drift_rate, hallucination_rate, turn_bucket
 from monitor.faults import check_owned, current_owner, current_partitions
-from monitor.metrics import AgentLabels
+from monitor.metrics import AgentLabels, Children
 from monitor.models import Constraint, ConstraintVerdict, EvaluationResult, Trace
 from monitor.sinks.conversations import (
     ConversationStep,
@@ -92,11 +92,17 @@ class ConversationMetrics:
         self.active = catalog.create(catalog.CONVERSATIONS_ACTIVE, r)
         self.evicted = catalog.create(catalog.CONVERSATIONS_EVICTED, r)
         self.renumbered = catalog.create(catalog.TURNS_RENUMBERED, r)
+        # the children a turn updates, looked up once per label values
+        self.hallucination_series = Children(self.hallucination)
+        self.outcome_series = Children(self.outcomes)
+        self.drift_series = Children(self.drift)
+        self.memory_series = Children(self.memory)
+        self.check_series = Children(self.constraint_checks)
 
     def count_constraint_checks(self, agent: str, verdicts: Sequence[ConstraintVerdict]) -> None:
         label = self.agent_label(agent)
         for verdict in verdicts:
-            self.constraint_checks.labels(label, verdict.status).inc()
+            self.check_series(label, verdict.status).inc()
 
 
 class Turn:
@@ -571,15 +577,15 @@ class ConversationTracker:
         bucket = turn_bucket(turn)
         evaluator = step.result.evaluator
         if step.row.hallucination is not None:
-            m.hallucination.labels(agent, evaluator, bucket).observe(step.row.hallucination)
+            m.hallucination_series(agent, evaluator, bucket).observe(step.row.hallucination)
         for name, value in step.outcomes.items():
-            m.outcomes.labels(agent, name).observe(value)
+            m.outcome_series(agent, name).observe(value)
         if not first_time:
             return  # drift, memory and constraint counts are per turn, whichever evaluator
         if step.row.drift is not None:
-            m.drift.labels(agent, bucket).observe(step.row.drift)
+            m.drift_series(agent, bucket).observe(step.row.drift)
         if trace.memory_tokens is not None:
-            m.memory.labels(agent).observe(trace.memory_tokens)
+            m.memory_series(agent).observe(trace.memory_tokens)
         m.count_constraint_checks(trace.agent, step.verdicts)
 
     async def _load(self, conversation_id: str, agent: str) -> ConversationState:

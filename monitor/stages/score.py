@@ -275,7 +275,7 @@ class ScoreStage:
             partitions = tuple(tp for tp, _ in item.generations)
             with owned_while(lambda: self._owned(item), partitions), read_at(item.read_at):
                 await self._process_held(item)
-            self._metrics.traces_processed.labels(agent, "ok").inc()
+            self._metrics.processed(agent, "ok").inc()
         except ProduceRejected as exc:
             if self._on_fatal is None:
                 raise
@@ -285,7 +285,7 @@ class ScoreStage:
             finished = False  # its offset stays uncommitted: read again, here or elsewhere
             log.info("trace left unfinished; it will be read again", reason=str(exc))
         except DataFault as exc:
-            self._metrics.traces_processed.labels(agent, "error").inc()
+            self._metrics.processed(agent, "error").inc()
             warning = self._data_faults.get(exc.reason)
             if warning is None:
                 warning = self._data_faults[exc.reason] = CountedWarning(
@@ -295,7 +295,7 @@ class ScoreStage:
             await self._rejecter.reject_trace(item.trace, item.tokens, exc.reason, exc)
         except Exception as exc:
             log.exception("processing failed; dead-lettering the trace")
-            self._metrics.traces_processed.labels(agent, "error").inc()
+            self._metrics.processed(agent, "error").inc()
             await self._rejecter.reject_trace(item.trace, item.tokens, "processing_error", exc)
         finally:
             elapsed = time.perf_counter() - started

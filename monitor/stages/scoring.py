@@ -233,7 +233,7 @@ class ScoringProcessor:
         (`read_at`, a time.monotonic() reading)."""
         agent = self._metrics.agent_label(trace.agent)
         self._sampler.observe_queue(self._judge_depth)
-        self._metrics.effective_rate.labels(agent).set(self._sampler.effective_rate(trace.agent))
+        self._metrics.rate_series(agent).set(self._sampler.effective_rate(trace.agent))
         if self._judge is None:
             return None, None
         choice = self._sampler.select(trace, tier0)
@@ -315,7 +315,7 @@ class ScoringProcessor:
         moved = [m.result for m in step.moved_results]
         await self._publish_all(([] if unchanged else [result]) + moved)
         if unchanged:
-            self._metrics.results_published.labels("unchanged").inc()
+            self._metrics.published("unchanged").inc()
         try:
             await turn.commit(step, None if unchanged else stored, unchanged=unchanged)
         except TraceIdConflict:
@@ -325,10 +325,10 @@ class ScoringProcessor:
             raise
         except Exception:
             if self._store is not None:
-                self._metrics.store_writes.labels("error").inc()
+                self._metrics.written("error").inc()
             raise
         if self._store is not None:
-            self._metrics.store_writes.labels("unchanged" if unchanged else "ok").inc()
+            self._metrics.written("unchanged" if unchanged else "ok").inc()
         return result
 
     def _stored(self, trace: Trace, result: EvaluationResult) -> StoredResult:
@@ -351,16 +351,19 @@ class ScoringProcessor:
         try:
             await self._store.save(stored.result, stored.query, stored.answer, stored.scored_at)
         except Exception:
-            self._metrics.store_writes.labels("error").inc()
+            self._metrics.written("error").inc()
             raise
-        self._metrics.store_writes.labels("ok").inc()
+        self._metrics.written("ok").inc()
 
     async def _publish_all(self, results: Sequence[EvaluationResult]) -> None:
         """Publish, unless the trace is no longer ours (its partition was revoked)."""
         if self._publisher is None or not results:
             return
         check_owned()
-        await asyncio.gather(*(self._publish(r) for r in results))
+        if len(results) == 1:  # nearly always: no task for it
+            await self._publish(results[0])
+        else:
+            await asyncio.gather(*(self._publish(r) for r in results))
 
     async def _publish(self, result: EvaluationResult) -> None:
         assert self._publisher is not None
@@ -369,9 +372,9 @@ class ScoringProcessor:
         try:
             await self._publisher.publish(result)
         except Exception:
-            self._metrics.results_published.labels("error").inc()
+            self._metrics.published("error").inc()
             raise
-        self._metrics.results_published.labels("ok").inc()
+        self._metrics.published("ok").inc()
 
 
 def _same(stored: StoredResult, new: StoredResult) -> bool:
