@@ -1,6 +1,6 @@
 """Where the native scored path's CPU goes, outside tier 0: py-spy on `bench/ingest.py`'s run.
 
-    pip install py-spy
+    (py-spy comes with the dev extra: pip install -e ".[dev]")
     python bench/scored_profile.py [--scored 6000] [--rate 200] [--out scored.raw] [--top 25]
 
 Starts the test broker, produces ``--scored`` RAG turns as native JSON (three a conversation,
