@@ -176,7 +176,6 @@ class StatementSupport:
     unsupported_entities: tuple[Entity, ...]
     n_tokens: int
     conflicts: tuple[str, ...] = ()
-    missing: tuple[str, ...] = ()  # content tokens found in no context
     lexical: float = 1.0  # the word overlap alone, before any penalty (a grounding feature)
 
 
@@ -286,7 +285,7 @@ def score_statement(
     if p.pair_weight and index.pairs:
         st_pairs = {(a, b) if a <= b else (b, a) for a, b in pairwise(toks)}
         if st_pairs:
-            pr = sum(1 for q in st_pairs if q in index.pairs) / len(st_pairs)
+            pr = len(index.pairs.intersection(st_pairs)) / len(st_pairs)  # a count: exact
             support = (1.0 - p.pair_weight) * support + p.pair_weight * pr
     lexical = min(1.0, max(0.0, support))
     n_num = sum(1 for e in entities if e.kind == "number")
@@ -300,7 +299,6 @@ def score_statement(
         unsupported_entities=entities,
         n_tokens=len(weights),
         conflicts=conflicts,
-        missing=tuple(t for t in weights if t not in index.all_tokens and t not in partial),
         lexical=lexical,
     )
 
