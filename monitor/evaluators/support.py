@@ -96,12 +96,13 @@ class ContextIndex:
             merged = _merge(texts, window, pair_span)
         else:
             merged = _merge_cached(texts, window, pair_span)
+        tokens, numbers, lowered = _read_question(question)
         return replace(
             merged,
             ids=[cid for cid, _ in contexts],
-            question_tokens=frozenset(content_tokens(question)),
-            question_numbers=frozenset(number_keys(question)),
-            question_text=normalize(question).lower(),
+            question_tokens=tokens,
+            question_numbers=numbers,
+            question_text=lowered,
         )
 
     def weight(self, token: str) -> float:
@@ -165,6 +166,25 @@ _MERGED: cachetools.LRUCache[object, ContextIndex] = cachetools.LRUCache(
     maxsize=CACHE_CHARS, getsizeof=lambda index: len(index.text) or 1
 )
 _merge_cached = cachetools.cached(_MERGED, lock=threading.Lock())(_merge)
+
+
+def _question(question: str) -> tuple[frozenset[str], frozenset[str], str]:
+    """A question's tokens, numbers and normalised lowercased text, as a trace's index holds
+    them."""
+    return (
+        frozenset(content_tokens(question)),
+        frozenset(number_keys(question)),
+        normalize(question).lower(),
+    )
+
+
+# Several answers are scored for one question (retries, several models, a popular question):
+# its reading is kept, bounded by the characters of the questions, as the contexts' are.
+QUESTION_CACHE_CHARS = 100_000
+_QUESTIONS: cachetools.LRUCache[object, tuple[frozenset[str], frozenset[str], str]] = (
+    cachetools.LRUCache(maxsize=QUESTION_CACHE_CHARS, getsizeof=lambda read: len(read[2]) or 1)
+)
+_read_question = cachetools.cached(_QUESTIONS, lock=threading.Lock())(_question)
 
 
 @dataclass(frozen=True, slots=True)
