@@ -394,10 +394,8 @@ def normalized_tokens(norm: str) -> tuple[str, ...]:
     """:func:`tokenize` of text already through :func:`normalize`."""
     norm = _without_thousands_separators(norm)
     if norm.isascii() or _RE_KANJI_OR_KATAKANA.search(norm) is None:
-        # words and numbers, each looked up once
-        return tuple(
-            [token for token in map(_word_token, _RE_WORD_OR_NUMBER.findall(norm)) if token]
-        )
+        # words and numbers, each looked up once; stopwords ("") dropped by filter in C
+        return tuple(filter(None, map(_word_token, _RE_WORD_OR_NUMBER.findall(norm))))
     out: list[str] = []
     # one group per kind of run; hiragana runs, mostly particles, auxiliaries and okurigana,
     # are not content and match none
