@@ -458,3 +458,22 @@ def test_shared_pairs_are_counted_as_one_by_one(
     claim: set[tuple[str, str]], ctx: set[tuple[str, str]]
 ) -> None:
     assert len(frozenset(ctx).intersection(claim)) == sum(1 for q in claim if q in ctx)
+
+
+NUMBER_PIECES = ["one", "Twenty", "ONE", "someone", "tEn", "often", "-", "'", "4", "_", " ", "."]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        ASCII_TEXT,
+        st.lists(st.sampled_from(NUMBER_PIECES), max_size=16).map("".join),
+        st.lists(st.sampled_from([*PIECES, *NUMBER_PIECES]), max_size=16).map("".join),
+    )
+)
+def test_lowercase_words_are_the_latin_runs_lowercased_one_by_one(value: str) -> None:
+    norm = text.normalize(value)
+    by_run = {word.lower() for word in text._RE_LATIN_WORD.findall(norm)}
+    words = text.lowercase_words(norm)
+    assert words - {""} == by_run
+    assert words & text._NUMBER_WORDS.keys() == by_run & text._NUMBER_WORDS.keys()
