@@ -15,6 +15,10 @@ two settings:
   its texts was seen before. The caches keyed by a word or a number (:data:`WORD_CACHES`) stay
   warm, as they are in a daemon that has run a while, and so does the fastText model.
 
+For ``stream`` it also prints the p50 of the traces that read no new context (every context's
+reading kept from an earlier trace) and of those that read one: the two groups' costs differ
+about twofold, and the p50 of all falls between them.
+
 Each ``--tree DIR`` (a source tree, e.g. ``git archive`` of an older commit unpacked) is timed
 too, in its own processes; the trees take turns round by round so they share the machine's load,
 and the ratios between them are the figures to compare. Every process also prints a digest of
@@ -96,24 +100,42 @@ def dev_traces() -> list[tuple[str, Any]]:
     return traces
 
 
+def _contexts_read_before(evaluator: Any) -> Callable[[Any], bool]:
+    """Whether every context of a trace has a reading kept from an earlier trace (none to
+    read): `stream`'s traces fall in two groups, those that read a new context and the rest."""
+    from monitor.evaluators import context_text
+
+    p = evaluator.params
+    span = p.pair_span if p.pair_weight else 0
+
+    def known(trace: Any) -> bool:
+        texts = [c.text for c in trace.contexts if c.text.strip()]
+        return all((text, p.window, span) in context_text._CACHE for text in texts)
+
+    return known
+
+
 def worker(mode: str) -> dict[str, Any]:
     from monitor.evaluators.heuristic import HeuristicEvaluator
 
     traces = dev_traces()
     evaluator = HeuristicEvaluator()
+    read_before = _contexts_read_before(evaluator)
     clear = _clear_caches(keep=WORD_CACHES) if mode == "cold" else None
     gc.collect()
     gc.freeze()  # as the daemon does once it consumes
     ms: dict[str, list[float]] = {language: [] for language in LANGUAGES}
+    known: dict[str, list[bool]] = {language: [] for language in LANGUAGES}
     outputs = hashlib.sha256()
     for language, trace in traces:
         if clear is not None:
             clear()
+        known[language].append(read_before(trace))
         started = time.thread_time()
         result = evaluator.evaluate(trace)
         ms[language].append((time.thread_time() - started) * 1000.0)
         outputs.update(result.model_dump_json(exclude={"latency_ms"}).encode())
-    return {"ms": ms, "digest": outputs.hexdigest()[:16]}
+    return {"ms": ms, "known": known, "digest": outputs.hexdigest()[:16]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.tree and REPO not in trees:
         trees.append(REPO)
     ms: dict[tuple[Path, str, str], list[float]] = {}
+    # stream's traces by whether they read a new context: (tree, language, read one) -> ms
+    split: dict[tuple[Path, str, bool], list[float]] = {}
     digests: dict[tuple[Path, str], set[str]] = {}
     for _ in range(args.rounds):
         for mode in MODES:
@@ -162,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                 digests.setdefault((tree, mode), set()).add(found["digest"])
                 for language, values in found["ms"].items():
                     ms.setdefault((tree, mode, language), []).extend(values)
+                    if mode == "stream":
+                        for value, known in zip(values, found["known"][language], strict=True):
+                            split.setdefault((tree, language, not known), []).append(value)
     print(f"tier 0 CPU per trace (thread time, ms) on the dev traces, {args.rounds} processes "
           "per tree and mode; trees took turns")  # fmt: skip
     print(f"{'tree':<40} {'mode':<7} {'lang':<4} {'n':>5} {'p50':>7} {'p95':>7} {'mean':>7}")
@@ -172,6 +199,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{str(tree)[-40:]:<40} {mode:<7} {language:<4} {len(values):>5} "
                       f"{percentile(values, 0.5):7.3f} {percentile(values, 0.95):7.3f} "
                       f"{sum(values) / len(values):7.3f}")  # fmt: skip
+    print("stream, p50 (ms) of the traces that read no new context | of those that read one")
+    for tree in trees:
+        for language in LANGUAGES:
+            cached, new = (
+                split.get((tree, language, False), []),
+                split.get((tree, language, True), []),
+            )
+            print(f"{str(tree)[-40:]:<40} {language:<4} "
+                  f"{len(cached):>5} {percentile(cached, 0.5) if cached else 0.0:7.3f} | "
+                  f"{len(new):>5} {percentile(new, 0.5) if new else 0.0:7.3f}")  # fmt: skip
     if len(trees) > 1:
         base = trees[0]
         for tree in trees[1:]:

@@ -21,9 +21,11 @@ CONTEXT = (
 def empty_cache() -> Iterator[None]:
     context_text._read_cached.cache_clear()
     support._merge_cached.cache_clear()
+    support._read_question.cache_clear()
     yield
     context_text._read_cached.cache_clear()
     support._merge_cached.cache_clear()
+    support._read_question.cache_clear()
 
 
 def test_a_context_is_read_once_and_its_reading_shared() -> None:
@@ -86,3 +88,19 @@ def test_a_context_too_long_to_cache_is_read_every_time() -> None:
     second = read_context(long_text, 2, 1)
     assert first is not second and first == second
     assert context_text._CACHE.currsize == 0
+
+
+def test_a_question_asked_again_is_read_once_within_a_bound_of_characters() -> None:
+    contexts = [("a", CONTEXT)]
+    first = ContextIndex.build(contexts, "How many workers in 2023?", window=2, pair_span=1)
+    again = ContextIndex.build([("b", CONTEXT)], "How many workers in 2023?", 2, 1)
+    assert again.question_tokens is first.question_tokens  # read once
+    assert first.question_numbers == {"2023"} and "work" in first.question_tokens
+    assert first.question_text == "how many workers in 2023?"
+    questions = [f"Question {i}: " + "what opens when? " * 500 for i in range(30)]
+    for question in questions:
+        ContextIndex.build(contexts, question, window=2, pair_span=1)
+    assert support._QUESTIONS.currsize <= support.QUESTION_CACHE_CHARS
+    assert len(support._QUESTIONS) < len(questions)  # the oldest were dropped
+    huge = "Why? " * support.QUESTION_CACHE_CHARS  # too long to keep: read every time
+    assert ContextIndex.build(contexts, huge, 2, 1).question_text == huge.lower()

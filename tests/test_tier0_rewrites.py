@@ -436,3 +436,44 @@ def test_ascii_text_is_answered_without_a_search_as_the_searches_answer(value: s
     assert text.has_japanese(value) == (text._RE_JAPANESE_CHAR.search(value) is not None)
     both = language._RE_LATIN_LETTER.search(value) and language._RE_OTHER_LETTER.search(value)
     assert language.mixes_scripts(value) == bool(both)
+
+
+ASCII_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(ASCII_TEXT, st.lists(st.sampled_from(PIECES), max_size=24).map("".join)))
+def test_plain_tokens_of_ascii_text_are_the_runs_the_ascii_pattern_found(value: str) -> None:
+    lowered = unicodedata.normalize("NFKC", value).lower()
+    assume(lowered.isascii())
+    found = frozenset(re.findall(r"[a-z0-9]+", lowered))
+    assert grounding.plain_tokens.__wrapped__(value) == found
+
+
+PAIRS = st.sets(st.tuples(st.sampled_from("abcd"), st.sampled_from("abcd")), max_size=12)
+
+
+@given(PAIRS, PAIRS)
+def test_shared_pairs_are_counted_as_one_by_one(
+    claim: set[tuple[str, str]], ctx: set[tuple[str, str]]
+) -> None:
+    assert len(frozenset(ctx).intersection(claim)) == sum(1 for q in claim if q in ctx)
+
+
+NUMBER_PIECES = ["one", "Twenty", "ONE", "someone", "tEn", "often", "-", "'", "4", "_", " ", "."]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        ASCII_TEXT,
+        st.lists(st.sampled_from(NUMBER_PIECES), max_size=16).map("".join),
+        st.lists(st.sampled_from([*PIECES, *NUMBER_PIECES]), max_size=16).map("".join),
+    )
+)
+def test_lowercase_words_are_the_latin_runs_lowercased_one_by_one(value: str) -> None:
+    norm = text.normalize(value)
+    by_run = {word.lower() for word in text._RE_LATIN_WORD.findall(norm)}
+    words = text.lowercase_words(norm)
+    assert words - {""} == by_run
+    assert words & text._NUMBER_WORDS.keys() == by_run & text._NUMBER_WORDS.keys()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import string
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,8 +58,11 @@ def lower_quartile(values: Sequence[float]) -> float:
 
 
 _RE_PLAIN = re.compile(r"[^\W_]+")
-# what _RE_PLAIN finds in lowercased ASCII text (where \w is [a-z0-9_]), in half the time
-_RE_ASCII_PLAIN = re.compile(r"[a-z0-9]+")
+# What _RE_PLAIN finds in lowercased ASCII text (where \w is [a-z0-9_]): its runs of [a-z0-9],
+# here as the words left when every other byte is made a space (one C pass, then a split),
+# in about 0.6x the time of a regex's findall.
+_ASCII_PLAIN_KEPT = frozenset((string.ascii_lowercase + string.digits).encode())
+_ASCII_PLAIN_BYTES = bytes(b if b in _ASCII_PLAIN_KEPT else 0x20 for b in range(256))
 _RE_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 
 
@@ -68,7 +72,7 @@ def plain_tokens(text: str) -> frozenset[str]:
     no stemming, no stopwords -- the naive view of what an answer says."""
     lowered = unicodedata.normalize("NFKC", text).lower()
     if lowered.isascii():  # the same tokens, by a pattern without a Unicode category
-        return frozenset(_RE_ASCII_PLAIN.findall(lowered))
+        return frozenset(lowered.encode("ascii").translate(_ASCII_PLAIN_BYTES).decode().split())
     if _RE_CJK_CHAR.search(lowered) is None:  # no token to break into characters
         return frozenset(_RE_PLAIN.findall(lowered))
     out: set[str] = set()

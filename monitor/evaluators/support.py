@@ -96,12 +96,13 @@ class ContextIndex:
             merged = _merge(texts, window, pair_span)
         else:
             merged = _merge_cached(texts, window, pair_span)
+        tokens, numbers, lowered = _read_question(question)
         return replace(
             merged,
             ids=[cid for cid, _ in contexts],
-            question_tokens=frozenset(content_tokens(question)),
-            question_numbers=frozenset(number_keys(question)),
-            question_text=normalize(question).lower(),
+            question_tokens=tokens,
+            question_numbers=numbers,
+            question_text=lowered,
         )
 
     def weight(self, token: str) -> float:
@@ -167,6 +168,25 @@ _MERGED: cachetools.LRUCache[object, ContextIndex] = cachetools.LRUCache(
 _merge_cached = cachetools.cached(_MERGED, lock=threading.Lock())(_merge)
 
 
+def _question(question: str) -> tuple[frozenset[str], frozenset[str], str]:
+    """A question's tokens, numbers and normalised lowercased text, as a trace's index holds
+    them."""
+    return (
+        frozenset(content_tokens(question)),
+        frozenset(number_keys(question)),
+        normalize(question).lower(),
+    )
+
+
+# Several answers are scored for one question (retries, several models, a popular question):
+# its reading is kept, bounded by the characters of the questions, as the contexts' are.
+QUESTION_CACHE_CHARS = 100_000
+_QUESTIONS: cachetools.LRUCache[object, tuple[frozenset[str], frozenset[str], str]] = (
+    cachetools.LRUCache(maxsize=QUESTION_CACHE_CHARS, getsizeof=lambda read: len(read[2]) or 1)
+)
+_read_question = cachetools.cached(_QUESTIONS, lock=threading.Lock())(_question)
+
+
 @dataclass(frozen=True, slots=True)
 class StatementSupport:
     support: float  # in [0, 1], after the penalties for invented numbers, names and conflicts
@@ -176,7 +196,6 @@ class StatementSupport:
     unsupported_entities: tuple[Entity, ...]
     n_tokens: int
     conflicts: tuple[str, ...] = ()
-    missing: tuple[str, ...] = ()  # content tokens found in no context
     lexical: float = 1.0  # the word overlap alone, before any penalty (a grounding feature)
 
 
@@ -286,7 +305,7 @@ def score_statement(
     if p.pair_weight and index.pairs:
         st_pairs = {(a, b) if a <= b else (b, a) for a, b in pairwise(toks)}
         if st_pairs:
-            pr = sum(1 for q in st_pairs if q in index.pairs) / len(st_pairs)
+            pr = len(index.pairs.intersection(st_pairs)) / len(st_pairs)  # a count: exact
             support = (1.0 - p.pair_weight) * support + p.pair_weight * pr
     lexical = min(1.0, max(0.0, support))
     n_num = sum(1 for e in entities if e.kind == "number")
@@ -300,7 +319,6 @@ def score_statement(
         unsupported_entities=entities,
         n_tokens=len(weights),
         conflicts=conflicts,
-        missing=tuple(t for t in weights if t not in index.all_tokens and t not in partial),
         lexical=lexical,
     )
 

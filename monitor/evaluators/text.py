@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 import re
+import string
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -394,10 +395,8 @@ def normalized_tokens(norm: str) -> tuple[str, ...]:
     """:func:`tokenize` of text already through :func:`normalize`."""
     norm = _without_thousands_separators(norm)
     if norm.isascii() or _RE_KANJI_OR_KATAKANA.search(norm) is None:
-        # words and numbers, each looked up once
-        return tuple(
-            [token for token in map(_word_token, _RE_WORD_OR_NUMBER.findall(norm)) if token]
-        )
+        # words and numbers, each looked up once; stopwords ("") dropped by filter in C
+        return tuple(filter(None, map(_word_token, _RE_WORD_OR_NUMBER.findall(norm))))
     out: list[str] = []
     # one group per kind of run; hiragana runs, mostly particles, auxiliaries and okurigana,
     # are not content and match none
@@ -496,13 +495,29 @@ def number_keys(text: str) -> set[str]:
     return normalized_number_keys(normalize(text))
 
 
+# every byte but a-z made a space: what is left of lowercased ASCII text is its words
+_ASCII_LOWER_LETTERS = bytes(
+    b if b in string.ascii_lowercase.encode() else 0x20 for b in range(256)
+)
+
+
+def lowercase_words(norm: str) -> set[str]:
+    """The distinct Latin words of `norm`, lowercased (number words are looked up among them).
+
+    ASCII text: the runs of a-z of the lowercased text, by one byte translation and a split
+    (about a quarter of the time of a regex's findall on a context); any other: every run of
+    Latin letters, lowercased in one call (no word holds a space, and lowercasing makes none).
+    """
+    if norm.isascii():
+        return set(norm.lower().encode("ascii").translate(_ASCII_LOWER_LETTERS).decode().split())
+    return set(" ".join(set(_RE_LATIN_WORD.findall(norm))).lower().split(" "))
+
+
 def normalized_number_keys(norm: str) -> set[str]:
     """:func:`number_keys` of text already through :func:`normalize`."""
     keys = {k for k, _ in _text_numbers(norm)}
-    # every distinct word, lowercased in one call (no word holds a space, and lowercasing makes
-    # none), looked up among the number words in one intersection
-    words = set(" ".join(set(_RE_LATIN_WORD.findall(norm))).lower().split(" "))
-    keys.update(_NUMBER_WORDS[w] for w in words & _NUMBER_WORDS.keys())
+    # looked up among the number words in one intersection
+    keys.update(_NUMBER_WORDS[w] for w in lowercase_words(norm) & _NUMBER_WORDS.keys())
     # "17:00" in a context also states the hour "17"
     keys |= {k.split(":", 1)[0] for k in keys if ":" in k}
     return keys
