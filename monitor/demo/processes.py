@@ -85,15 +85,22 @@ class ChildProcess:
 
     async def stop(self) -> None:
         if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.process.wait(), STOP_SECONDS)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.kill()
+                self._signal(signal.SIGKILL)
                 await self.process.wait()
         _running.pop(self.process.pid, None)
+
+    def _signal(self, signum: int) -> None:
+        """Signal the child unless asyncio has seen it exit. Not `Process.terminate()`/`kill()`:
+        they poll first (`waitpid`), which reaps a child that has just exited before asyncio's
+        child watcher can; the watcher then warns "Unknown child process pid" on the terminal
+        and reports exit code 255."""
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signum)
 
 
 def kill_all_children() -> None:
