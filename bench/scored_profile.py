@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.ingest import CPU_MS, Topics, _turns, as_native, scored  # noqa: E402
+from bench.pyspy_raw import stacks as read_stacks  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
 from tests.support.kafka_io import produce  # noqa: E402
 
@@ -58,16 +59,6 @@ PARTS = (
 )
 
 
-def _stacks(path: Path) -> list[tuple[list[str], int]]:
-    stacks = []
-    # split on newlines only: a frame's name may hold other line-breaking characters
-    for line in path.read_text(errors="replace").split("\n"):
-        frames, _, count = line.rpartition(" ")
-        if frames:
-            stacks.append((frames.split(";"), int(count)))
-    return stacks
-
-
 def _short(frame: str) -> str:
     """`function (file)` with the file relative to its package."""
     match = re.match(r"(.*) \((.*?):\d+\)$", frame)
@@ -80,7 +71,7 @@ def _short(frame: str) -> str:
 
 
 def report(path: Path, ms_per_trace: float, top: int) -> None:
-    stacks = _stacks(path)
+    stacks = read_stacks(path)
     total = sum(n for _, n in stacks)
     us = ms_per_trace * 1000 / total  # µs of CPU per trace that one sample stands for
     tier0 = sum(n for frames, n in stacks if any(TIER0 in f for f in frames))

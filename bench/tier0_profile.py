@@ -21,14 +21,20 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
-# bench/tier0_cpu.py beside this file, whatever tree `monitor` (and `bench`) come from
-_SPEC = importlib.util.spec_from_file_location(
-    "tier0_cpu", Path(__file__).with_name("tier0_cpu.py")
-)
-assert _SPEC is not None and _SPEC.loader is not None
-tier0_cpu = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(tier0_cpu)
+
+def _beside(name: str) -> ModuleType:
+    """bench/`name`.py beside this file, whatever tree `monitor` (and `bench`) come from."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tier0_cpu = _beside("tier0_cpu")
+pyspy_raw = _beside("pyspy_raw")
 
 BAND = (0.3, 0.7)
 LANGUAGE = (
@@ -100,12 +106,10 @@ def drive(language: str, passes: int) -> None:
 
 def report(raw: Path) -> dict[str, float]:
     found: Counter[str] = Counter()
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
+    for frames, count in pyspy_raw.stacks(raw):
         at = next((i for i, f in enumerate(frames) if "band_eval (" in f), None)
         if at is not None:
-            found[kind_of(frames[at + 1 :])] += int(count)
+            found[kind_of(frames[at + 1 :])] += count
     total = sum(found.values())
     return {kind: round(100 * n / total, 1) for kind, n in found.most_common()} | {"samples": total}
 

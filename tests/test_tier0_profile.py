@@ -34,3 +34,15 @@ def test_the_profile_report_puts_each_sample_under_its_kind_of_work(tmp_path: Pa
         "claim support: the rest": 10.0,
         "samples": 10,
     }
+
+
+def test_a_frame_name_with_a_line_separator_stays_one_sample_line(tmp_path: Path) -> None:
+    """py-spy ends stacks with "\\n" alone; a frame may be named with U+2028 (a Unicode line
+    separator `str.splitlines` would break at), and its samples still count."""
+    profile = load_bench("tier0_profile")
+    raw = tmp_path / "tier0.raw"
+    raw.write_text(
+        "main (x.py:1);drive.<locals>.band_eval (tier0_profile.py:67);"
+        "HeuristicEvaluator.evaluate (h.py:1);<lambda \u2028> (t.py:9) 5\n"
+    )
+    assert profile.report(raw) == {"the rest of evaluate": 100.0, "samples": 5}
