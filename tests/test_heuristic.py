@@ -428,7 +428,7 @@ def test_window_search_through_postings_matches_the_plain_scan() -> None:
     for i in range(0, 200, 13):
         statement = " ".join(words[(i * 5 + k) % 40] for k in range(5))
         toks = support.content_tokens(statement)
-        weights = {t: index.weight(t) for t in dict.fromkeys(toks)}
+        weights = index.weights(dict.fromkeys(toks))
         partial = {t: 0.5 for t in weights if t in index.question_tokens}
         total = sum(weights.values())
         scanned, scanned_pos = 0.0, None

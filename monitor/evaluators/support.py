@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
@@ -105,9 +105,11 @@ class ContextIndex:
             question_text=lowered,
         )
 
-    def weight(self, token: str) -> float:
-        """Damped IDF over the context sentences; a token found in no context weighs most."""
-        return math.sqrt(self.idf.get(token, self.max_idf))
+    def weights(self, tokens: Iterable[str]) -> dict[str, float]:
+        """Each token's damped IDF over the context sentences; a token found in no context
+        weighs most."""
+        idf_of, unseen = self.idf.get, self.max_idf
+        return {t: math.sqrt(idf_of(t, unseen)) for t in tokens}
 
     def entity_supported(self, entity: Entity, also: dict[str, float] | None = None) -> bool:
         """Is the number/name written in some context (or in the question, or in `also`)?"""
@@ -281,8 +283,7 @@ def score_statement(
     """How well the contexts support `statement`, in [0, 1], with the best evidence context."""
     p = params or SupportParams()
     toks = token_tuple(statement)  # content_tokens without the copy: only read here
-    idf_of, unseen = index.idf.get, index.max_idf
-    weights = {t: math.sqrt(idf_of(t, unseen)) for t in dict.fromkeys(toks)}  # index.weight
+    weights = index.weights(dict.fromkeys(toks))
     # partial credit: words of an acronym the contexts write ('FLSA'), words of the question
     partial: dict[str, float] = {}
     for acr, run in acronym_runs(normalize(statement)):
@@ -329,7 +330,7 @@ def chunk_recall(statement: str, index: ContextIndex) -> Callable[[int], float]:
     toks = set(token_tuple(statement))
     if not toks:
         return lambda pos: 0.0
-    weights = {t: index.weight(t) for t in toks}
+    weights = index.weights(toks)
     credits, total = _credits(weights, {}), sum(weights.values())
     return lambda pos: _credited(credits, total, index.context_tokens[pos])
 
