@@ -495,10 +495,20 @@ def number_keys(text: str) -> set[str]:
     return normalized_number_keys(normalize(text))
 
 
-# every byte but a-z made a space: what is left of lowercased ASCII text is its words
-_ASCII_LOWER_LETTERS = bytes(
-    b if b in string.ascii_lowercase.encode() else 0x20 for b in range(256)
-)
+def ascii_runs_table(kept: str) -> bytes:
+    """A `bytes.translate` table keeping the ASCII characters `kept`, every other byte made a
+    space (for :func:`ascii_runs`)."""
+    keep = frozenset(kept.encode("ascii"))
+    return bytes(b if b in keep else 0x20 for b in range(256))
+
+
+def ascii_runs(text: str, table: bytes) -> list[str]:
+    """The runs of the characters `table` keeps in ASCII `text`: one C translation, then a
+    split, instead of a regex's findall (a quarter to half of its time)."""
+    return text.encode("ascii").translate(table).decode().split()
+
+
+_ASCII_LOWER_LETTERS = ascii_runs_table(string.ascii_lowercase)
 
 
 def lowercase_words(norm: str) -> set[str]:
@@ -509,7 +519,7 @@ def lowercase_words(norm: str) -> set[str]:
     Latin letters, lowercased in one call (no word holds a space, and lowercasing makes none).
     """
     if norm.isascii():
-        return set(norm.lower().encode("ascii").translate(_ASCII_LOWER_LETTERS).decode().split())
+        return set(ascii_runs(norm.lower(), _ASCII_LOWER_LETTERS))
     return set(" ".join(set(_RE_LATIN_WORD.findall(norm))).lower().split(" "))
 
 
