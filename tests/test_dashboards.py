@@ -483,8 +483,12 @@ def test_the_estimate_panels_compute_what_the_recording_rules_record(
 
 _RULE_CASE = re.compile(r"(?:round\()?agent:ragmon_estimate_(ppi|uniform):(mean|lower|upper)(\dh)")
 # Target refs of the population-estimate panels (dashboards/generate.py).
-_ESTIMATE_REFS = {("ppi", "mean"): "A", ("ppi", "lower"): "B", ("ppi", "upper"): "C"}
-_ESTIMATE_REFS[("uniform", "mean")] = "D"
+_ESTIMATE_REFS = {
+    ("ppi", "mean"): "A",
+    ("ppi", "lower"): "B",
+    ("ppi", "upper"): "C",
+    ("uniform", "mean"): "D",
+}
 
 
 def _estimate_panel(board: dict[str, Any], metric: str, quantity: str) -> dict[str, str]:
@@ -519,9 +523,10 @@ def test_the_estimate_panels_show_what_the_recording_rules_record(
             if match is None:
                 continue
             method, what, window = match.groups()
-            if (method, what) not in _ESTIMATE_REFS:  # the uniform band is not drawn
+            ref = _ESTIMATE_REFS.get((method, what))
+            if ref is None:  # the uniform band is not drawn
                 continue
-            query = exprs[_ESTIMATE_REFS[(method, what)]]
+            query = exprs[ref]
             query = query.replace("$window", window).replace("$agent", ".*")
             assert "$" not in query, query
             if case["expr"].startswith("round("):
