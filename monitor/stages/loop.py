@@ -54,6 +54,7 @@ class ConsumeLoop:
         self._tracker = tracker
         self._router = router
         self._stages = list(stages)
+        self._timed = [stage for stage in self._stages if isinstance(stage, Timed)]
         self._rejecter = rejecter
         self._metrics = metrics
         self._stopping = stopping
@@ -115,11 +116,7 @@ class ConsumeLoop:
         """How long the fetch may wait before a stage's tick has work due (a trace settled):
         released on time, not up to a fetch's whole wait later."""
         now = time.monotonic()
-        waits = [
-            wait
-            for stage in self._stages
-            if isinstance(stage, Timed) and (wait := stage.due_in(now)) is not None
-        ]
+        waits = [wait for stage in self._timed if (wait := stage.due_in(now)) is not None]
         return min(waits, default=None)
 
     def busy(self, partitions: set[TopicPartition]) -> bool:
