@@ -3,6 +3,7 @@
 #
 #   docker build -t rag-monitor .                      # tier 0 + the LLM judge (openai client)
 #   docker build --build-arg EXTRAS=ragas -t rag-monitor:ragas .
+#   docker build --build-arg COMPILE=false -t rag-monitor:pure .   # tier 0 from its sources
 #   docker run --read-only -p 9820:9820 rag-monitor    # `rag-monitor run`
 #
 # Two stages: `build` turns the source into a wheel and installs it with its runtime
@@ -21,14 +22,23 @@ ARG WHEELS=/wheels
 ARG VENV=/opt/rag-monitor
 # Optional extras, comma-separated (e.g. "ragas").
 ARG EXTRAS=""
+# Tier 0's modules compiled to C by mypyc (pyproject.toml's mypyc hook): about two thirds of
+# the CPU a trace, the same scores. "false" builds a pure-Python wheel and needs no compiler.
+ARG COMPILE=true
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR ${SRC}
+# The compiler stays in this stage: the runtime stage copies only the built environment.
+RUN if [ "${COMPILE}" = true ]; then \
+        apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 COPY pyproject.toml README.md ./
 COPY monitor ./monitor
 # ci: install begin
-RUN python -m pip wheel --no-deps --wheel-dir "${WHEELS}" "${SRC}"
+RUN HATCH_BUILD_HOOK_ENABLE_MYPYC="${COMPILE}" \
+    python -m pip wheel --no-deps --wheel-dir "${WHEELS}" "${SRC}"
 RUN python -m venv "${VENV}" \
     && wheel="$(ls "${WHEELS}"/rag_monitor-*.whl)" \
     && "${VENV}/bin/python" -m pip install "${wheel}${EXTRAS:+[${EXTRAS}]}"

@@ -2,6 +2,11 @@
 
     python bench/tier0_fingerprint.py            # check against bench/tier0_fingerprint.json
     python bench/tier0_fingerprint.py --write    # record the current outputs (a scoring change)
+    VENV/bin/python bench/tier0_fingerprint.py --installed   # the package VENV has installed
+
+``--installed`` scores with the ``monitor`` the running Python has installed instead of this
+checkout's: a wheel built with tier 0 compiled (pyproject.toml's mypyc hook) must score every
+item as the sources do (tests/test_dockerfile.py runs it on the image's install steps).
 
 Every labelled item of ``data/hallucination`` is scored by the heuristic evaluator: the dev
 items as bench/detect.py reads them, and each WikiEval question's three answers over both of its
@@ -31,9 +36,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
+INSTALLED = __name__ == "__main__" and "--installed" in sys.argv[1:]
+if not INSTALLED and str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+import monitor  # noqa: E402
+from monitor.compiled import MODULES, compiled_modules  # noqa: E402
 from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
 from monitor.models import Constraint, Context, Trace  # noqa: E402
 
@@ -159,7 +167,15 @@ def recorded() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="record the current outputs")
+    parser.add_argument(
+        "--installed", action="store_true", help="score with the installed package, not this tree"
+    )
     args = parser.parse_args(argv)
+    compiled = compiled_modules()
+    print(
+        f"monitor from {Path(monitor.__file__).parent}; "
+        f"{len(compiled)} of {len(MODULES)} tier-0 modules compiled"
+    )
     found = fingerprint()
     if args.write:
         body = {"items": found, "all": digest(found)}

@@ -14,6 +14,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from monitor import __version__
 from monitor import metrics_catalog as catalog
+from monitor.compiled import tier0_compiled
 
 OTHER_AGENT = "other"
 
@@ -63,7 +64,13 @@ class Metrics:
         self.agent_label = AgentLabels(max_agents)
         r = self.registry
         self.build_info = catalog.create(catalog.BUILD_INFO, r)
-        self.build_info.info({"version": __version__, "python": platform.python_version()})
+        self.build_info.info(
+            {
+                "version": __version__,
+                "python": platform.python_version(),
+                "compiled": "true" if tier0_compiled() else "false",
+            }
+        )
         self.messages_consumed = catalog.create(catalog.MESSAGES_CONSUMED, r)
         self.traces_decoded = catalog.create(catalog.TRACES_DECODED, r)
         self.traces_skipped = catalog.create(catalog.TRACES_SKIPPED, r)

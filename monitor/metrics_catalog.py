@@ -175,7 +175,12 @@ OUTCOME_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 # --- ingest, delivery and processing --------------------------------------------------------------
 
 BUILD_INFO = _declare(
-    MetricSpec("ragmon_build_info", Info, "Version of the running daemon.", ("version", "python"))
+    MetricSpec(
+        "ragmon_build_info",
+        Info,
+        "Version of the running daemon, and whether tier 0 runs compiled.",
+        ("version", "python", "compiled"),
+    )
 )
 MESSAGES_CONSUMED = _declare(
     MetricSpec(
