@@ -14,6 +14,7 @@ import importlib.util
 from typing import Final
 
 MODULES: Final = (
+    "monitor.evaluators.casing",
     "monitor.evaluators.constraints",
     "monitor.evaluators.context_text",
     "monitor.evaluators.grounding",

@@ -7,9 +7,14 @@ steps in tests/test_dockerfile.py.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from monitor.compiled import MODULES, compiled_modules, tier0_compiled
@@ -40,3 +45,71 @@ def test_a_source_checkout_runs_tier0_from_its_sources_and_says_so() -> None:
     Metrics(registry)
     exposition = generate_latest(registry).decode()
     assert 'ragmon_build_info{compiled="false",' in exposition
+
+
+# Tier 0's own tests that need no service: with the modules compiled, every one must pass as it
+# does on the sources (the equivalence tests of tests/test_tier0_rewrites.py try thousands of
+# texts against plain-Python references, which is where a compiled operation that differs from
+# Python's shows: mypyc's own str.lower() once missed the final-sigma rule).
+TIER0_TESTS = (
+    "tests/test_tier0_rewrites.py",
+    "tests/test_tier0_fingerprint.py",
+    "tests/test_text.py",
+    "tests/test_language.py",
+    "tests/test_grounding.py",
+    "tests/test_context_text.py",
+    "tests/test_heuristic.py",
+    "tests/test_trace_constraints.py",
+    "tests/test_cross_language.py",
+)
+TREE = ("monitor", "tests", "bench", "data", "pyproject.toml", "README.md")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_tier0s_tests_pass_against_the_compiled_build(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    for name in TREE:
+        source = ROOT / name
+        if source.is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")
+            shutil.copytree(source, tree / name, ignore=ignore)
+        else:
+            shutil.copy2(source, tree / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHONPATH"))}
+    # The compiled build writes its extension modules beside the sources it compiled: this
+    # copy becomes a checkout whose tier 0 runs compiled.
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
+         str(tmp_path / "wheels"), str(tree)],
+        env=env | {"HATCH_BUILD_HOOK_ENABLE_MYPYC": "true"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    asked = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from monitor.compiled import compiled_modules as c; print(len(c()))",
+        ],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert asked.stdout.strip() == str(len(MODULES)), asked.stdout + asked.stderr
+    tested = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+         *TIER0_TESTS],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    summary = tested.stdout.strip().splitlines()[-1] if tested.stdout.strip() else ""
+    assert tested.returncode == 0, tested.stdout[-6000:] + tested.stderr[-2000:]
+    assert " passed" in summary and "failed" not in summary and "skipped" not in summary, summary

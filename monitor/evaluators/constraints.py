@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from monitor.evaluators.casing import lower
 from monitor.evaluators.language import UNKNOWN, identify, primary
 from monitor.evaluators.text import split_sentences
 from monitor.models import Constraint, ConstraintVerdict
@@ -71,7 +72,7 @@ def check_constraint(constraint: Constraint, answer: str) -> ConstraintVerdict:
 
 
 def _check_format(constraint: Constraint, answer: str) -> ConstraintVerdict:
-    fmt = str(constraint.value or "").lower()
+    fmt = lower(str(constraint.value or ""))
     if fmt == "json":
         try:
             json.loads(answer)

@@ -21,6 +21,7 @@ from itertools import pairwise
 
 import cachetools
 
+from monitor.evaluators.casing import lower
 from monitor.evaluators.polarity import yes_no_fields
 from monitor.evaluators.text import (
     acronym_runs,
@@ -98,7 +99,7 @@ def _read(text: str, window: int, pair_span: int) -> ContextText:
         tokens=frozenset().union(*sents, derived),
         pairs=frozenset(pairs),
         numbers=frozenset(normalized_number_keys(norm)),
-        lowered=norm.lower(),
+        lowered=lower(norm),
         acronyms=frozenset(written_acronyms(text) | derived),
         fields=tuple(yes_no_fields(text)),
         alone_idf=idf(df, len(sents)),

@@ -34,6 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from monitor.evaluators.casing import lower
 from monitor.evaluators.text import ascii_runs, ascii_runs_table
 
 FEATURES: tuple[str, ...] = (
@@ -69,7 +70,7 @@ _RE_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 def plain_tokens(text: str) -> frozenset[str]:
     """Lowercased words, and single characters of text written without spaces (Japanese):
     no stemming, no stopwords -- the naive view of what an answer says."""
-    lowered = unicodedata.normalize("NFKC", text).lower()
+    lowered = lower(unicodedata.normalize("NFKC", text))
     if lowered.isascii():  # the same tokens, by a pattern without a Unicode category
         return frozenset(ascii_runs(lowered, _ASCII_PLAIN))
     if _RE_CJK_CHAR.search(lowered) is None:  # no token to break into characters

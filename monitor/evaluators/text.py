@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from monitor.evaluators.casing import lower
+
 # ---------------------------------------------------------------------------------------------
 # Scripts
 
@@ -162,7 +164,7 @@ class CaselessPattern:
     alternative of a long pattern at every position)."""
 
     def __init__(self, pattern: str, needs: tuple[str, ...] = ()) -> None:
-        if pattern != pattern.lower() or any(n != n.lower() for n in needs):
+        if pattern != lower(pattern) or any(n != lower(n) for n in needs):
             raise ValueError(f"a caseless pattern is written in lowercase: {pattern!r}")
         self._lowered = re.compile(pattern)
         self._ignorecase = re.compile(pattern, re.IGNORECASE)
@@ -171,7 +173,7 @@ class CaselessPattern:
     def search(self, text: str) -> bool:
         if not text.isascii() and _RE_CASE_EXCEPTIONS.search(text) is not None:
             return self._ignorecase.search(text) is not None
-        lowered = text.lower()
+        lowered = lower(text)
         if self._needs and not any(map(lowered.__contains__, self._needs)):
             return False
         return self._lowered.search(lowered) is not None
@@ -215,7 +217,7 @@ def _is_abbreviation_before(text: str, dot: int) -> bool:
         return True
     if "." in word:  # "U.S.", "D.C.", "e.g."
         return True
-    return word.lower().rstrip(".") in _ABBREVIATIONS
+    return lower(word).rstrip(".") in _ABBREVIATIONS
 
 
 def _split_line(line: str) -> list[str]:
@@ -355,7 +357,7 @@ def _word_token_of(word: str) -> str:
     """The matching unit of a Latin word or a number, or "" for a stopword or a single letter."""
     if word[0].isdigit():  # no Latin letter is a digit
         return normalize_number(word)
-    low = word.lower()
+    low = lower(word)
     if low in STOPWORDS or (len(low) == 1 and low not in "0123456789"):
         return ""
     return _NUMBER_WORDS.get(low) or stem(low)
@@ -463,9 +465,9 @@ def _number_keys(num: str, ampm: str | None) -> list[str]:
         if "." in hour_s or "." in minute_s:
             return [normalize_number(num.replace(":", "."))]
         hour, minute = int(hour_s), int(minute_s or "0")
-        if ampm and ampm.lower() == "p" and hour < 12:
+        if ampm and lower(ampm) == "p" and hour < 12:
             hour += 12
-        elif ampm and ampm.lower() == "a" and hour == 12:
+        elif ampm and lower(ampm) == "a" and hour == 12:
             hour = 0
         return [f"{hour}:{minute:02d}"]
     return [normalize_number(num)]
@@ -519,8 +521,8 @@ def lowercase_words(norm: str) -> set[str]:
     Latin letters, lowercased in one call (no word holds a space, and lowercasing makes none).
     """
     if norm.isascii():
-        return set(ascii_runs(norm.lower(), _ASCII_LOWER_LETTERS))
-    return set(" ".join(set(_RE_LATIN_WORD.findall(norm))).lower().split(" "))
+        return set(ascii_runs(lower(norm), _ASCII_LOWER_LETTERS))
+    return set(lower(" ".join(set(_RE_LATIN_WORD.findall(norm)))).split(" "))
 
 
 def normalized_number_keys(norm: str) -> set[str]:
@@ -578,7 +580,7 @@ def extract_entities(text: str) -> list[Entity]:
 def _name_key(word: str) -> str | None:
     """The matching key of a capitalised word ('Gigi' -> 'gigi', "O'Neill's" -> 'o neil'), or
     None for a word that names nothing: a stopword, a number word, 'AM'."""
-    low = word.lower()
+    low = lower(word)
     if low.endswith(("'s", "\u2019s")):
         low = low[:-2]
     if len(low) < 2 or low in STOPWORDS or low in _NUMBER_WORDS or low in _NOT_NAMES:
@@ -623,10 +625,10 @@ def acronym_runs(norm: str) -> list[tuple[str, str]]:
         run = m.group(0)
         initials = [w[0] for w in run.split() if w[0].isupper()]
         if len(initials) >= 2:
-            out.append(("".join(initials).lower(), run))
+            out.append((lower("".join(initials)), run))
     return out
 
 
 def written_acronyms(text: str) -> set[str]:
     """All-capital words as written ('FLSA', 'BLS'), lowercased."""
-    return {m.group(0).rstrip("s").lower() for m in _RE_ACRONYM.finditer(text)}
+    return {lower(m.group(0).rstrip("s")) for m in _RE_ACRONYM.finditer(text)}
