@@ -183,6 +183,7 @@ def test_dockerignore_sends_only_what_the_wheel_needs() -> None:
         for source in copy.args.split()[:-1]:
             assert source.rstrip("/") in included, f"COPY {source} is excluded by .dockerignore"
     assert included == {"pyproject.toml", "README.md", "monitor"}
+    assert "**/*.so" in patterns, "stale compiled modules of a checkout stay out of the build"
 
 
 # --- the install steps, for real ------------------------------------------------------------------
@@ -219,7 +220,9 @@ def test_install_steps_build_and_run_the_daemon(tmp_path: Path) -> None:
             target = src / dest / Path(source).name if dest.endswith("/") else src / dest
             if (ROOT / source).is_dir():
                 shutil.copytree(
-                    ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+                    ROOT / source,
+                    target,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"),
                 )
             else:
                 shutil.copy2(ROOT / source, target)
