@@ -16,7 +16,7 @@ before 10% of it was scored, so the window counted traces split and assembled be
 replica reads about 15,000 turns ahead of its scoring. So every run also reports the window's
 CPU per trace as a share of the whole run's (:attr:`ScoredRun.window_share`); below
 :data:`STEADY_SHARE` the sustained figure is flagged as not steady, and ``bench/ingest.py``
-scores 30,000 turns by default, where the OTLP windows were at 0.94-0.95 (native 1.0).
+scores 30,000 turns by default, where the OTLP windows were at 0.90-0.97 (native 1.0-1.02).
 
 The counter is polled every 5 ms (a Prometheus counter has no event to wait on); each poll
 that sees it rise records the wall clock, this process's CPU time, the count and the messages
