@@ -3,7 +3,7 @@ and OpenTelemetry input, each as traces/s and as a ratio to the bare consumer; t
 trace; the OTLP assembler's memory.
 
     python bench/ingest.py                      # starts the test broker (scripts/setup-kafka.sh)
-    python bench/ingest.py --rounds 3 --traces 30000 --scored 3000
+    python bench/ingest.py --rounds 3 --traces 5000 --scored 30000 [--progress]
     python bench/ingest.py --bootstrap HOST:PORT
     python bench/ingest.py --tree DIR           # another source tree's `monitor` (before/after)
 
@@ -16,9 +16,16 @@ after the other on one broker, so compare the ratios, not the absolute figures:
   a processor that only counts (no scoring).
 - **scored end to end**: the default scoring stage (tier 0 on every trace, results stored in a
   SQLite file, conversations tracked, results published to a results topic as in production;
-  no judge), traces/s from the first message read to the last trace processed (and the
-  bench process's CPU per trace over the same span: the daemon runs in it, so other work on
-  the machine does not inflate it), on ``--scored`` RAG turns, three a
+  no judge), timed two ways (``bench/scored_rate.py``): **burst**, traces/s from the first
+  message read to the last trace processed, which includes the run's start and the last
+  trace's latency (an OTLP trace leaves the assembler 1 s after its last span); and
+  **sustained**, traces/s between 10% and 90% of the traces processed, the steady-state rate
+  of a continuous stream, where that latency overlaps later traces' work. Beside each, the
+  bench process's CPU per trace over the same span (the daemon runs in it, so other work on
+  the machine does not inflate it), and the window's CPU per trace as a share of the run's: a
+  window below 0.9 counted traces read and assembled before it (an OTLP daemon reads about
+  15,000 turns ahead) and is flagged not steady; ``--progress`` prints when each run reached
+  10%...100% and how much of its input it had read by then. On ``--scored`` RAG turns, three a
   conversation: as native JSON, and as OpenTelemetry spans (the real SDK and OTLP encoder, four
   spans a turn, 20 turns an export message, as a Collector batches them) through both OTLP
   topologies: the internal topics (split and re-keyed to the spans topic, assembled, produced
@@ -29,7 +36,9 @@ after the other on one broker, so compare the ratios, not the absolute figures:
   labelled dev trace, English and Japanese), one process per round.
 - **assembly buffer**: peak memory the OTLP assembler holds with 10,000 traces pending.
 
-A tree without ``kafka.single_replica`` (before issue 26) skips its rows.
+A tree without ``kafka.single_replica`` (before issue 26) skips its rows; a tree from before the
+pipeline-stages layout (the issue's start, dbcdfd7) cannot be imported here:
+``bench/ingest_trees.py`` times its scored native path against another tree's in one session.
 """
 
 from __future__ import annotations
@@ -46,7 +55,6 @@ import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +65,8 @@ sys.path.insert(1 if _tree else 0, str(REPO))
 
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
-from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
-from pydantic import SecretStr  # noqa: E402
 
+from bench.scored_rate import ScoredRun, scored, until  # noqa: E402
 from bench.tier0_cpu import percentile  # noqa: E402
 from bench.tier0_cpu import run_worker as tier0_worker  # noqa: E402
 from monitor.config import KafkaConfig, Settings  # noqa: E402
@@ -186,82 +193,16 @@ async def bare_consumer(bootstrap: str, topic: str, expected: int) -> float:
     return expected / (time.perf_counter() - first)
 
 
-async def _until(
-    done: Callable[[], Coroutine[Any, Any, object]], daemon_task: asyncio.Task[int]
-) -> None:
-    """Wait for `done`; a daemon that stops early raises here instead of hanging."""
-    waiting = asyncio.create_task(done())
-    await asyncio.wait([waiting, daemon_task], return_when=asyncio.FIRST_COMPLETED)
-    if not waiting.done():
-        waiting.cancel()
-        daemon_task.result()
-        raise RuntimeError("the daemon stopped before the last trace")
-
-
 async def ingest(settings: Settings, expected: int) -> float:
     """Traces/s through the daemon's path up to a processor that only counts."""
     clock = Clock(expected)
     daemon = Daemon(settings, SourceSpec("kafka"), processor=clock, registry=CollectorRegistry())
     task = asyncio.create_task(daemon.run())
-    await _until(clock.done.wait, task)
+    await until(clock.done.wait, task)
     daemon.request_stop()
     await task
     assert clock.first is not None and clock.last is not None
     return expected / (clock.last - clock.first)
-
-
-async def _poll(condition: Callable[[], bool]) -> None:
-    # A Prometheus counter has no event to wait on; 5 ms polling is far below the run's length.
-    while not condition():  # noqa: ASYNC110
-        await asyncio.sleep(0.005)
-
-
-async def scored(
-    settings: Settings,
-    expected: int,
-    results_topic: str,
-    on_first_read: Callable[[], object] | None = None,
-) -> float:
-    """Traces/s through the default scoring stage, from the first processed to the last;
-    `on_first_read` is called when the measured span starts (a profiler attaching)."""
-    with tempfile.TemporaryDirectory() as workdir:
-        settings = settings.model_copy(deep=True)
-        settings.store.url = SecretStr(f"sqlite+aiosqlite:///{Path(workdir) / 'results.db'}")
-        settings.results.topic = results_topic
-        daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
-        task = asyncio.create_task(daemon.run())
-
-        def total(counter: MetricWrapperBase, **labels: str) -> float:  # every agent, topic
-            # One counter's samples, not the whole registry's: collecting every metric each
-            # poll cost about 0.1 ms of this process's CPU per trace scored.
-            return sum(
-                sample.value
-                for metric in counter.collect()
-                for sample in metric.samples
-                if sample.name.endswith("_total")
-                and all(sample.labels.get(k) == v for k, v in labels.items())
-            )
-
-        # From the first message read, not the first trace scored: a single replica splits and
-        # assembles a whole fetch (up to 500 exports) before its first trace is scored.
-        consumed, processed = daemon.metrics.messages_consumed, daemon.metrics.traces_processed
-        await _until(lambda: _poll(lambda: total(consumed) > 0), task)
-        if on_first_read is not None:
-            on_first_read()
-        first, cpu = time.perf_counter(), time.process_time()
-        done = lambda: total(processed, outcome="ok") >= expected  # noqa: E731
-        await _until(lambda: _poll(done), task)
-        elapsed = time.perf_counter() - first
-        CPU_MS[settings.kafka.group_id] = (time.process_time() - cpu) * 1000 / expected
-        daemon.request_stop()
-        await task
-    return expected / elapsed
-
-
-# The process's CPU per scored trace (ms) of each scored run, by its group: the daemon runs in
-# this process (the broker in its own), so this is what a trace costs whoever else uses the
-# cores, which the traces/s of a shared machine are not.
-CPU_MS: dict[str, float] = {}
 
 
 class Topics:
@@ -377,11 +318,38 @@ def assembly_memory(count: int) -> tuple[float, float]:
 # ---------------------------------------------------------------------------------- the run
 
 
-def _median(values: list[float]) -> str:
-    return f"{statistics.median(values):>9,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+def _median(values: list[float], digits: int = 0) -> str:
+    return (
+        f"{statistics.median(values):>9,.{digits}f} "
+        f"[{min(values):,.{digits}f}-{max(values):,.{digits}f}]"
+    )
 
 
-async def measure(bootstrap: str, traces: int, scored_traces: int, rounds: int) -> None:
+PROGRESS = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+def progress_line(run: ScoredRun) -> str:
+    """Seconds from the first message read to the first trace processed and to each fraction
+    of the traces, with the share of the input read by then: whether the sustained window is
+    past the run's start-up (an input read ahead of its scoring is assembled before it)."""
+    first = run.marks[0].seconds - run.start.seconds
+    return f"first trace {first:.2f} s; " + ", ".join(
+        f"{fraction:.0%} {run.seconds_to(fraction):.2f} s (read {run.read_by(fraction):.0%})"
+        for fraction in PROGRESS
+    )
+
+
+def _ratios(name: str, native: list[float], other: list[float]) -> str:
+    per_round = [o / n for o, n in zip(other, native, strict=True)]
+    return (
+        f"{name} {statistics.median(other) / statistics.median(native):.2f} "
+        f"(per round {', '.join(f'{r:.2f}' for r in per_round)})"
+    )
+
+
+async def measure(
+    bootstrap: str, traces: int, scored_traces: int, rounds: int, progress: bool = False
+) -> None:
     topics = Topics(bootstrap)
     await topics.create()
     payloads = [_payload(n) for n in range(traces)]
@@ -407,37 +375,65 @@ async def measure(bootstrap: str, traces: int, scored_traces: int, rounds: int) 
     )
     rows = _rows(topics, traces, scored_traces)
     figures: dict[str, list[float]] = {name: [] for name, _ in rows}
-    cpu: dict[str, list[float]] = {}
+    runs: dict[str, list[ScoredRun]] = {}
     for round_no in range(1, rounds + 1):
-        line = []
+        line, lines = [], []
         for name, run in rows:
-            before = set(CPU_MS)
-            figures[name].append(await run())
-            line.append(f"{name} {figures[name][-1]:,.0f}")
-            for group in set(CPU_MS) - before:
-                cpu.setdefault(name, []).append(CPU_MS[group])
+            result = await run()
+            if isinstance(result, ScoredRun):
+                runs.setdefault(name, []).append(result)
+                figures[name].append(result.burst)
+                steady = "" if result.steady else ", not steady"
+                line.append(
+                    f"{name} {result.burst:,.0f} (sustained {result.sustained:,.0f}{steady})"
+                )
+                lines.append(f"  {name:<34} {progress_line(result)}")
+            else:
+                figures[name].append(result)
+                line.append(f"{name} {result:,.0f}")
         print(f"round {round_no}: " + " | ".join(line), flush=True)
+        if progress:
+            print("\n".join(lines), flush=True)
     bare = statistics.median(figures["bare aiokafka consumer"])
     print(f"\nmedian of {rounds} rounds [range], traces/s, and the ratio to the bare consumer:")
     for name, values in figures.items():
         print(f"  {name:<34} {_median(values)}  {statistics.median(values) / bare:.4f}")
-    print("CPU of this process per scored trace (the daemon's; ms), median [range]:")
-    for name, values in cpu.items():
+    burst = {name: [r.burst for r in scored_runs] for name, scored_runs in runs.items()}
+    sustained = {name: [r.sustained for r in scored_runs] for name, scored_runs in runs.items()}
+    cpu = {name: [r.cpu_ms for r in scored_runs] for name, scored_runs in runs.items()}
+    window_cpu = {
+        name: [r.sustained_cpu_ms for r in scored_runs] for name, scored_runs in runs.items()
+    }
+    print(
+        "scored, traces/s, median [range]: burst (first message read to last trace processed; "
+        "the last trace's latency included) | sustained (10% to 90% of the traces processed)"
+    )
+    for name, scored_runs in runs.items():
+        shares = [r.window_share for r in scored_runs]
+        unsteady = sum(not r.steady for r in scored_runs)
+        note = f"; not steady in {unsteady} of {len(scored_runs)}" if unsteady else ""
         print(
-            f"  {name:<34} {statistics.median(values):9.2f} [{min(values):.2f}-{max(values):.2f}]"
+            f"  {name:<34} {_median(burst[name])} | {_median(sustained[name])}  (window's CPU "
+            f"per trace / the run's {min(shares):.2f}-{max(shares):.2f}{note})"
         )
-    native_scored = statistics.median(figures["scored, native"])
+    print(
+        "CPU of this process per scored trace (the daemon's; ms), median [range]: first message "
+        "read to last trace | 10% to 90%"
+    )
+    for name in runs:
+        print(f"  {name:<34} {_median(cpu[name], 2)} | {_median(window_cpu[name], 2)}")
+    native = "scored, native"
     for name in ("scored, OTLP via internal topics", "scored, OTLP single replica"):
-        if name in figures:
-            per_round = [
-                o / n for o, n in zip(figures[name], figures["scored, native"], strict=True)
-            ]
-            cpu_ratio = statistics.median(cpu["scored, native"]) / statistics.median(cpu[name])
+        if name in runs:
+            cpu_ratio = statistics.median(cpu[native]) / statistics.median(cpu[name])
+            window_ratio = statistics.median(window_cpu[native]) / statistics.median(
+                window_cpu[name]
+            )
             print(
                 f"  {name[len('scored, ') :]} / native, scored: "
-                f"{statistics.median(figures[name]) / native_scored:.2f} "
-                f"(per round {', '.join(f'{r:.2f}' for r in per_round)}); "
-                f"by CPU per trace {cpu_ratio:.2f}"
+                f"{_ratios('burst', burst[native], burst[name])}; "
+                f"{_ratios('sustained', sustained[native], sustained[name])}; "
+                f"by CPU per trace {cpu_ratio:.2f} (10% to 90%: {window_ratio:.2f})"
             )
 
 
@@ -459,9 +455,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", help="an existing broker; default: start the test broker")
     parser.add_argument("--traces", type=int, default=30_000, help="native traces ingested")
-    parser.add_argument("--scored", type=int, default=3_000, help="RAG turns scored")
+    parser.add_argument(
+        "--scored",
+        type=int,
+        default=30_000,
+        help="RAG turns scored (an OTLP daemon reads ~15,000 ahead: fewer leave no steady window)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tree", type=Path, help="a source tree whose `monitor` to measure")
+    parser.add_argument(
+        "--progress", action="store_true", help="also when each scored run reached 10%%...100%%"
+    )
     args = parser.parse_args()
     if args.tree is not None and not _tree:  # re-run with that tree first on the path
         env = {**os.environ, "RAGMON_BENCH_TREE": str(args.tree.resolve())}
@@ -471,12 +475,14 @@ def main() -> None:
 
     print(f"monitor from {Path(monitor.__file__).parent}")
     if args.bootstrap:
-        asyncio.run(measure(args.bootstrap, args.traces, args.scored, args.rounds))
+        asyncio.run(measure(args.bootstrap, args.traces, args.scored, args.rounds, args.progress))
     else:
         from tests.support.kafka_broker import KafkaBroker
 
         with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
-            asyncio.run(measure(broker.bootstrap, args.traces, args.scored, args.rounds))
+            asyncio.run(
+                measure(broker.bootstrap, args.traces, args.scored, args.rounds, args.progress)
+            )
     tier0(args.rounds)
     peak, decoded = assembly_memory(PENDING_TRACES)
     print(

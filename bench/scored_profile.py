@@ -32,8 +32,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ingest import CPU_MS, Topics, _turns, as_native, scored  # noqa: E402
+from bench.ingest import Topics, _turns, as_native  # noqa: E402
 from bench.pyspy_raw import stacks as read_stacks  # noqa: E402
+from bench.scored_rate import scored  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
 from tests.support.kafka_io import produce  # noqa: E402
 
@@ -54,7 +55,7 @@ PARTS = (
     ("scoring stage, the rest", "monitor/stages/scoring.py"),
     ("score stage, the rest", "monitor/stages/score.py"),
     ("the event loop's select", "select (selectors.py"),
-    ("this bench waiting for the counters", "bench/ingest.py"),
+    ("this bench waiting for the counters", "bench/scored_rate.py"),
     ("daemon start-up (gc.freeze)", "_freeze_startup_heap"),
 )
 
@@ -118,14 +119,16 @@ async def measure(bootstrap: str, count: int, out: Path, rate: int) -> float:
         profiler.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
         time.sleep(0.5)  # py-spy attaches; the loop waits, so no trace goes unsampled
 
-    rate_per_s = await scored(
+    run = await scored(
         topics.settings([topics.scored_native]), count, topics.results, on_first_read=attach
     )
     profiler[0].send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
     profiler[0].wait()
-    ms = list(CPU_MS.values())[-1]
-    print(f"scored native: {rate_per_s:,.0f} traces/s, {ms:.3f} ms of this process's CPU a trace")
-    return ms
+    print(
+        f"scored native: {run.burst:,.0f} traces/s, {run.cpu_ms:.3f} ms of this process's "
+        "CPU a trace"
+    )
+    return run.cpu_ms
 
 
 def main() -> None:
