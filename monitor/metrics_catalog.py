@@ -300,6 +300,14 @@ OTLP_ASSEMBLY_SHED = _declare(
         preset={"reason": ("pending_limit", "grace_limit")},
     )
 )
+OTLP_ASSEMBLY_PAUSED = _declare(
+    MetricSpec(
+        "ragmon_otlp_assembly_paused_seconds_total",
+        Counter,
+        "Seconds the OTLP stage stopped reading until traces due within the settle time were "
+        "released, because the traces it was assembling filled its bound (backpressure).",
+    )
+)
 REBALANCES = _declare(
     MetricSpec("ragmon_kafka_rebalances_total", Counter, "Partition assignments received.")
 )

@@ -301,3 +301,38 @@ def test_native_traces_and_otlp_share_the_one_loop(
     stored = {r["trace_id"] for r in pipeline.rows(results_table, evaluator="heuristic")}
     assert stored == {t.trace_id for t in turns} | {str(t["trace_id"]) for t in natives}
     _no_internal_topics(pipeline)
+
+
+def test_a_backlog_past_the_assemblers_bound_is_read_as_traces_settle_and_none_is_shed(
+    pipeline: Pipeline,
+) -> None:
+    """A restart after an outage finds the exports of 300 turns waiting, each turn's spans
+    spread over consecutive exports (as an SDK exports them), and the assembler bounded to 40
+    traces. Reading them all at once would release traces before they were whole (shed at
+    `pending_limit`); the stage reads only as traces settle and leave, so each is released once,
+    whole, and the backlog waits in Kafka meanwhile (the pause is counted)."""
+    pipeline.create_topics()
+    turns = _conversations(300, time.time_ns(), random.Random(2026))
+    messages = exported_messages(turns, "otlp_proto", spans_per_message=6)
+    asyncio.run(produce(pipeline.bootstrap, pipeline.otlp, messages, partition=0))
+    replica = pipeline.replica(
+        "backlog",
+        RAGMON_KAFKA__OTLP_MAX_PENDING_TRACES="40",
+        RAGMON_KAFKA__OTLP_ASSEMBLY_SETTLE_SECONDS="0.3",
+    )
+    with running(replica):
+        wait_until(
+            lambda: committed_to_end(pipeline.bootstrap, pipeline.group, pipeline.otlp),
+            120,
+            "the backlog committed",
+            interval=0.5,
+        )
+        released = replica.value("ragmon_otlp_traces_released_total", outcome="complete")
+        shed = replica.value("ragmon_otlp_assembly_shed_total", reason="pending_limit")
+        paused = replica.value("ragmon_otlp_assembly_paused_seconds_total")
+        _stop(replica)
+    assert shed == 0, "no trace released before it was whole"
+    assert released == len(turns), "each trace released once, whole"
+    assert paused > 0, "reading waited for room"
+    check_results(pipeline, turns)
+    assert topic_records(pipeline.bootstrap, pipeline.dlq) == []

@@ -17,6 +17,13 @@ a fragment of a trace the store already holds whole (spans read again after a cr
 skipped as late spans. A trace of more spans than `kafka.otlp_max_spans_per_trace` is
 dead-lettered, and so are its later parts.
 
+Reading waits for room (backpressure): before a message's parts are added, while the traces not
+yet released would pass `ROOM` of `kafka.otlp_max_pending_traces` and some of them are due within
+the settle time, the stage releases what falls due instead of taking more. A backlog (a restart
+after an outage, a replay) is read as fast as traces settle and leave, and waits in Kafka, where
+reading it all at once would shed traces before they were whole. Traces that wait for a missing
+root (released at `kafka.otlp_assembly_max_seconds`) are not waited for: that bound still sheds.
+
 On Kafka, the spans of a partition that went to another replica during a rebalance are its now:
 their traces still assembling are forgotten (their parts are uncommitted, read again there);
 nothing is released between the revocation and the new assignment, so no trace is released by
@@ -27,6 +34,7 @@ Where this sits in the data flow: docs/architecture.md.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -57,6 +65,7 @@ log = structlog.get_logger(__name__)
 
 # Mapping failures that content still to come as log records can cure.
 AWAITING_CONTENT = frozenset({"no_query", "no_answer"})
+ROOM = 0.9  # share of kafka.otlp_max_pending_traces the unreleased traces may fill while reading
 
 
 class OtlpMetrics:
@@ -65,6 +74,7 @@ class OtlpMetrics:
         self.bytes = catalog.create(catalog.OTLP_ASSEMBLY_BYTES, registry)
         self.released = catalog.create(catalog.OTLP_TRACES_RELEASED, registry)
         self.shed = catalog.create(catalog.OTLP_ASSEMBLY_SHED, registry)
+        self.paused = catalog.create(catalog.OTLP_ASSEMBLY_PAUSED, registry)
 
 
 class AssembleStage:
@@ -180,11 +190,36 @@ class AssembleStage:
             self._tracker.finish(msg.tp, msg.offset)
             return
         self._tracker.add_units(msg.tp, msg.offset, len(parts) - 1)
+        now = await self._room_for(len(parts), now)
         for part in parts:
             if isinstance(part, TracePart):
                 await self.add(part, token, now, group)
             else:
                 await self.add_events(part, token, now, group)
+
+    async def _room_for(self, incoming: int, now: float) -> float:
+        """Wait, releasing what falls due, while `incoming` more traces would take the unreleased
+        ones past `ROOM` of the bound and some are due within the settle time (see the module's
+        docstring); the time to add them at."""
+        assembler = self._assembler
+        room = max(1, int(ROOM * assembler.max_traces))
+        paused_at = None
+        while assembler.pending and assembler.pending + incoming > room and not self._rebalancing:
+            due = assembler.due_in(time.monotonic())
+            if due is None or due > assembler.settle_seconds:
+                break
+            if paused_at is None:
+                paused_at = time.monotonic()
+            before = assembler.pending
+            await asyncio.sleep(due)
+            await self.tick()
+            if due == 0.0 and assembler.pending >= before:
+                break  # nothing the assembler calls due could leave: never spin
+        if paused_at is None:
+            return now
+        resumed = time.monotonic()
+        self._otlp.paused.inc(resumed - paused_at)
+        return resumed
 
     async def add(
         self, part: TracePart, token: PartToken, now: float, group: Hashable = None
