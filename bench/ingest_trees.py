@@ -53,6 +53,9 @@ def load_monitor(tree: Path) -> None:
 
     sys.path.remove(str(tree))
     sys.path.insert(0, str(REPO))
+    # last, for the top-level modules beside `monitor`: a compiled build's shared runtime
+    # (bench/compiled_tree.py); a full tree's own bench and tests stay behind this checkout's
+    sys.path.append(str(tree))
     if not Path(monitor.__file__).resolve().is_relative_to(tree):
         raise SystemExit(f"monitor came from {monitor.__file__}, not {tree}")
 
