@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
+from typing import Final
 
 import cachetools
 import numpy as np
@@ -164,10 +165,10 @@ def _merge(texts: tuple[str, ...], window: int, pair_span: int) -> ContextIndex:
 # Traces that retrieve the same contexts (a popular question, several answers to one) share
 # their merge; bounded by the characters of the contexts, as the readings are. Read-only once
 # built (a trace's index is a copy with its own ids and question).
-_MERGED: cachetools.LRUCache[object, ContextIndex] = cachetools.LRUCache(
+_MERGED: Final[cachetools.LRUCache[object, ContextIndex]] = cachetools.LRUCache(
     maxsize=CACHE_CHARS, getsizeof=lambda index: len(index.text) or 1
 )
-_merge_cached = cachetools.cached(_MERGED, lock=threading.Lock())(_merge)
+_merge_cached: Final = cachetools.cached(_MERGED, lock=threading.Lock())(_merge)
 
 
 def _question(question: str) -> tuple[frozenset[str], frozenset[str], str]:
@@ -182,23 +183,46 @@ def _question(question: str) -> tuple[frozenset[str], frozenset[str], str]:
 
 # Several answers are scored for one question (retries, several models, a popular question):
 # its reading is kept, bounded by the characters of the questions, as the contexts' are.
-QUESTION_CACHE_CHARS = 100_000
-_QUESTIONS: cachetools.LRUCache[object, tuple[frozenset[str], frozenset[str], str]] = (
+QUESTION_CACHE_CHARS: Final = 100_000
+_QUESTIONS: Final[cachetools.LRUCache[object, tuple[frozenset[str], frozenset[str], str]]] = (
     cachetools.LRUCache(maxsize=QUESTION_CACHE_CHARS, getsizeof=lambda read: len(read[2]) or 1)
 )
-_read_question = cachetools.cached(_QUESTIONS, lock=threading.Lock())(_question)
+_read_question: Final = cachetools.cached(_QUESTIONS, lock=threading.Lock())(_question)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class StatementSupport:
+    """Never changed once made; its ``__init__`` written out for mypyc, as
+    :class:`~monitor.evaluators.text.Entity`'s is."""
+
     support: float  # in [0, 1], after the penalties for invented numbers, names and conflicts
     local: float
     global_: float
     best_context: int | None  # position in the trace's contexts
     unsupported_entities: tuple[Entity, ...]
     n_tokens: int
-    conflicts: tuple[str, ...] = ()
-    lexical: float = 1.0  # the word overlap alone, before any penalty (a grounding feature)
+    conflicts: tuple[str, ...]
+    lexical: float  # the word overlap alone, before any penalty (a grounding feature)
+
+    def __init__(
+        self,
+        support: float,
+        local: float,
+        global_: float,
+        best_context: int | None,
+        unsupported_entities: tuple[Entity, ...],
+        n_tokens: int,
+        conflicts: tuple[str, ...] = (),
+        lexical: float = 1.0,
+    ) -> None:
+        self.support = support
+        self.local = local
+        self.global_ = global_
+        self.best_context = best_context
+        self.unsupported_entities = unsupported_entities
+        self.n_tokens = n_tokens
+        self.conflicts = conflicts
+        self.lexical = lexical
 
 
 def _recall(
@@ -223,7 +247,7 @@ def _credited(credits: Credits, total: float, found: frozenset[str]) -> float:
     return got / total
 
 
-_SMALL_INDEX = 64  # windows
+_SMALL_INDEX: Final = 64  # windows
 
 
 def _best_window(
