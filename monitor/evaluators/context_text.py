@@ -60,7 +60,7 @@ class ContextText:
     lowered: str
     acronyms: frozenset[str]
     fields: tuple[Field, ...]
-    alone_idf: Mapping[str, float]  # the IDF of its tokens when it is a trace's only context
+    alone_idf: dict[str, float]  # the IDF of its tokens when it is a trace's only context
 
 
 def read_context(text: str, window: int, pair_span: int) -> ContextText:
