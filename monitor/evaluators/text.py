@@ -113,11 +113,30 @@ _RE_CAMEL: Final = re.compile(r"[A-Z](?:(?<=[a-z][A-Z])|(?<=[A-Z]{2})(?=[a-z]))"
 _RE_THOUSANDS: Final = re.compile(r"(\d),(?=\d{3}(?!\d))")
 
 
+def ascii_twin(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """`pattern` with ``[0-9]`` for ``\\d``: what it finds in ASCII text, where the two match
+    the same characters, in about 60% of the time (``\\d`` asks the Unicode database about
+    every character it tries)."""
+    return re.compile(pattern.pattern.replace(r"\d", "[0-9]"), pattern.flags)
+
+
+_RE_ASCII_THOUSANDS: Final = ascii_twin(_RE_THOUSANDS)
+
+
+def _first_group(m: re.Match[str]) -> str:
+    """A substitution's replacement, r"\\1" as a function: a template is expanded by Python
+    code in `re` for every match, a function compiled by mypyc is called directly."""
+    return m.group(1)
+
+
 def _without_thousands_separators(text: str) -> str:
     """'1,000' -> '1000'."""
-    if "," not in text or _RE_THOUSANDS.search(text) is None:
-        return text  # most texts: no substitution, whose template costs a Python call
-    return _RE_THOUSANDS.sub(r"\1", text)
+    if "," not in text:
+        return text
+    separator = _RE_ASCII_THOUSANDS if text.isascii() else _RE_THOUSANDS
+    if separator.search(text) is None:
+        return text  # most texts with a comma: no substitution, which costs a call per match
+    return separator.sub(_first_group, text)
 
 
 @lru_cache(maxsize=1024)
@@ -132,11 +151,19 @@ def split_camel_case(text: str) -> str:
     """'camelCase' -> 'camel Case', 'HTTPServer' -> 'HTTP Server'."""
     if _RE_CAMEL.search(text) is None:  # most texts: cheaper than a substitution's template
         return text
-    return _RE_CAMEL.sub(r" \g<0>", text)
+    return _RE_CAMEL.sub(_spaced_before, text)
+
+
+def _spaced_before(m: re.Match[str]) -> str:
+    """r" \\g<0>" as a function (see :func:`_first_group`)."""
+    return " " + m.group(0)
+
+
+_RE_ASCII_DIGIT: Final = ascii_twin(_RE_DIGIT)
 
 
 def has_digit(text: str) -> bool:
-    return _RE_DIGIT.search(text) is not None
+    return (_RE_ASCII_DIGIT if text.isascii() else _RE_DIGIT).search(text) is not None
 
 
 def has_japanese(text: str) -> bool:
@@ -482,18 +509,23 @@ def _number_keys(num: str, ampm: str | None) -> list[str]:
     return [normalize_number(num)]
 
 
+_RE_ASCII_NUMBER: Final = ascii_twin(_RE_NUMBER)
+_RE_ASCII_ORDINAL_SUFFIX: Final = ascii_twin(_RE_ORDINAL_SUFFIX)
+
+
 def _numbers_written(text: str) -> Iterator[re.Match[str]]:
     """The numbers of `text` that no letter, digit or '.' is glued to, left to right."""
-    return _RE_NUMBER.finditer(text)
+    return (_RE_ASCII_NUMBER if text.isascii() else _RE_NUMBER).finditer(text)
 
 
 def _text_numbers(text: str) -> list[tuple[str, str]]:
     """(key, surface) for every number in `text` (normalised text expected)."""
-    if _RE_DIGIT.search(text) is None:
+    if not has_digit(text):
         return []
     text = _without_thousands_separators(text)
-    if _RE_ORDINAL_SUFFIX.search(text) is not None:  # "21st": rare; searching is cheaper
-        text = _RE_ORDINAL_SUFFIX.sub(r"\1", text)
+    ordinal = _RE_ASCII_ORDINAL_SUFFIX if text.isascii() else _RE_ORDINAL_SUFFIX
+    if ordinal.search(text) is not None:  # "21st": rare; searching is cheaper
+        text = ordinal.sub(_first_group, text)
     out: list[tuple[str, str]] = []
     for m in _numbers_written(text):
         for key in _number_keys(m.group(1), m.group(2)):
