@@ -57,6 +57,33 @@ def test_numbers_are_found_where_the_look_behind_pattern_found_them(value: str) 
     assert found == [(m.span(), m.groups()) for m in plain.finditer(value)]
 
 
+ascii_texts = st.lists(st.sampled_from([p for p in PIECES if p.isascii()]), max_size=24).map(
+    "".join
+)
+ASCII_TWINS = [
+    (text._RE_ASCII_DIGIT, text._RE_DIGIT),
+    (text._RE_ASCII_NUMBER, text._RE_NUMBER),
+    (text._RE_ASCII_ORDINAL_SUFFIX, text._RE_ORDINAL_SUFFIX),
+    (text._RE_ASCII_THOUSANDS, text._RE_THOUSANDS),
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(ascii_texts)
+def test_ascii_twins_find_in_ascii_text_what_their_patterns_find(value: str) -> None:
+    for twin, pattern in ASCII_TWINS:
+        assert "\\d" not in twin.pattern
+        found = [(m.span(), m.groups()) for m in twin.finditer(value)]
+        assert found == [(m.span(), m.groups()) for m in pattern.finditer(value)]
+
+
+def test_text_that_is_not_ascii_is_searched_for_any_decimal_digit() -> None:
+    arabic_indic = "\u0663\u0664 apples"  # no ASCII digit; NFKC leaves it as it is
+    assert text.has_digit(arabic_indic) and text.has_digit(text.normalize(arabic_indic))
+    assert [m.group(1) for m in text._numbers_written(arabic_indic)] == ["\u0663\u0664"]
+    assert not text.has_digit("no digits here, \u00e9t\u00e9")
+
+
 _JAPANESE = f"{text._HIRA}{text._KATA}{text._KANJI}"
 _CJK_END = re.compile(
     f"(?:[\u3002\uff01\uff1f\uff0e]+|(?<=[{_JAPANESE}])[!?]+)[{text._CLOSERS_RE}]*"

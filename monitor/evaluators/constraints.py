@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Final
 
 from monitor.evaluators.casing import lower
 from monitor.evaluators.language import UNKNOWN, identify, primary
 from monitor.evaluators.text import split_sentences
 from monitor.models import Constraint, ConstraintVerdict
 
-_BULLET = re.compile(r"^\s*(?:[-*•・]|\d+[.)\uff0e])\s+", re.MULTILINE)
-_NUMBERED = re.compile(r"^\s*\d+[.)\uff0e]\s+", re.MULTILINE)
-_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$", re.MULTILINE)
+_BULLET: Final = re.compile(r"^\s*(?:[-*•・]|\d+[.)\uff0e])\s+", re.MULTILINE)
+_NUMBERED: Final = re.compile(r"^\s*\d+[.)\uff0e]\s+", re.MULTILINE)
+_TABLE_ROW: Final = re.compile(r"^\s*\|.*\|\s*$", re.MULTILINE)
 
 
 def _terms(value: Any) -> list[str] | None:

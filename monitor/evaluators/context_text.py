@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Final
 
 import cachetools
 
@@ -33,9 +34,9 @@ from monitor.evaluators.text import (
     written_acronyms,
 )
 
-CACHE_CHARS = 500_000
+CACHE_CHARS: Final = 500_000
 """Characters of context text whose readings are kept (about 450 contexts of 1.1 KB)."""
-CACHE_MAX_CHARS = 20_000
+CACHE_MAX_CHARS: Final = 20_000
 """Longer contexts are read on every trace: they are rarely shared, and one would push out
 dozens of others."""
 
@@ -60,7 +61,7 @@ class ContextText:
     lowered: str
     acronyms: frozenset[str]
     fields: tuple[Field, ...]
-    alone_idf: Mapping[str, float]  # the IDF of its tokens when it is a trace's only context
+    alone_idf: dict[str, float]  # the IDF of its tokens when it is a trace's only context
 
 
 def read_context(text: str, window: int, pair_span: int) -> ContextText:
@@ -111,10 +112,10 @@ def idf(df: Mapping[str, int], sentences: int) -> dict[str, float]:
     return {t: math.log((sentences + 1) / (c + 0.5)) for t, c in df.items()}
 
 
-_CACHE: cachetools.LRUCache[object, ContextText] = cachetools.LRUCache(
+_CACHE: Final[cachetools.LRUCache[object, ContextText]] = cachetools.LRUCache(
     maxsize=CACHE_CHARS, getsizeof=lambda read: len(read.lowered) or 1
 )
-_read_cached = cachetools.cached(_CACHE, lock=threading.Lock())(_read)  # big traces: threads
+_read_cached: Final = cachetools.cached(_CACHE, lock=threading.Lock())(_read)  # big traces: threads
 
 
 __all__ = ["CACHE_CHARS", "CACHE_MAX_CHARS", "ContextText", "read_context"]

@@ -32,20 +32,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from monitor.evaluators.casing import lower
 from monitor.evaluators.text import ascii_runs, ascii_runs_table
 
-FEATURES: tuple[str, ...] = (
+FEATURES: Final[tuple[str, ...]] = (
     "lexical_lower_quartile",
     "lexical_min",
     "invented_numbers",
     "invented_names",
     "token_overlap",
 )
-MODEL_LANGUAGES: tuple[str, ...] = ("en", "ja")
-DEFAULT_MODEL_PATH = Path(__file__).with_name("grounding_model.json")
+MODEL_LANGUAGES: Final[tuple[str, ...]] = ("en", "ja")
+DEFAULT_MODEL_PATH: Final = Path(__file__).with_name("grounding_model.json")
 
 
 def lower_quartile(values: Sequence[float]) -> float:
@@ -60,10 +60,10 @@ def lower_quartile(values: Sequence[float]) -> float:
     return v[lo] + (pos - lo) * (v[lo + 1] - v[lo])
 
 
-_RE_PLAIN = re.compile(r"[^\W_]+")
+_RE_PLAIN: Final = re.compile(r"[^\W_]+")
 # What _RE_PLAIN finds in lowercased ASCII text (where \w is [a-z0-9_]): its runs of [a-z0-9]
-_ASCII_PLAIN = ascii_runs_table(string.ascii_lowercase + string.digits)
-_RE_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+_ASCII_PLAIN: Final = ascii_runs_table(string.ascii_lowercase + string.digits)
+_RE_CJK_CHAR: Final = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 
 
 @lru_cache(maxsize=4096)  # recurring chunks (popular documents) are split once

@@ -9,7 +9,7 @@ import re
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from monitor.evaluators import language
 from monitor.evaluators.casing import lower
@@ -49,11 +49,11 @@ from monitor.models import EvaluationResult, Score, StatementVerdict, Trace
 # ---------------------------------------------------------------------------------------------
 # Refusals ("I don't know") in English and Japanese
 
-_SOURCES_EN = (
+_SOURCES_EN: Final = (
     r"(?:context|passage|document|text|source|information|article|data|excerpt|material"
     r"|search result|record|knowledge base)s?"
 )
-_REFUSAL_EN = CaselessPattern(
+_REFUSAL_EN: Final = CaselessPattern(
     r"\b(?:"
     # the assistant itself declines
     r"i (?:do not|don't|dont) (?:know|have (?:enough |sufficient |any |the )?information)"
@@ -86,7 +86,7 @@ _REFUSAL_EN = CaselessPattern(
         "there is no",
     ),
 )
-_REFUSAL_JA = re.compile(
+_REFUSAL_JA: Final = re.compile(
     r"分かりません|わかりません|分からない|わからない|存じません|不明です|不明でした"
     r"|情報(?:が|は|も)?(?:ありません|ない|見当たりません|含まれていません)"
     r"|記載(?:が|は)?(?:ありません|ない|されていません)|記述(?:が|は)?(?:ありません|ない)"
@@ -105,7 +105,7 @@ def is_refusal_statement(statement: str) -> bool:
 
 
 # Meta references to the prompt ("Passage 2", "(Passage 1:4)", "[3]") state no fact.
-_RE_META_REF = re.compile(
+_RE_META_REF: Final = re.compile(
     r"\(?\b(?:passages?|paragraphs?|documents?|sources?|contexts?|references?)"
     r"\s*#?\d+(?:\s*(?:[,:&-]|and|to)\s*\d+)*\)?|\[\d+(?:\s*[,-]\s*\d+)*\]",
     re.IGNORECASE,
@@ -114,18 +114,18 @@ _RE_META_REF = re.compile(
 # Statements that carry no claim: greetings, offers, list lead-ins ("Here is the summary:"). The
 # whole-statement forms are anchored (the regex engine tries them at the start alone); the
 # phrases are searched only in statements holding one of their words.
-_FILLER_EN_WHOLE = CaselessPattern(
+_FILLER_EN_WHOLE: Final = CaselessPattern(
     r"^(?:sure|certainly|of course|absolutely|okay|ok|great question|good question|hello|hi)"
     r"[!.,]*$"
     r"|^here(?:'s| is| are) (?:a |an |the |some )?(?:brief |short )?(?:summary|overview|answer"
     r"|list|breakdown|steps)\b[^.!?]*[.!]?$"
 )
-_FILLER_EN_PHRASE = CaselessPattern(
+_FILLER_EN_PHRASE: Final = CaselessPattern(
     r"\b(?:let me know|i hope (?:this|that) helps|hope (?:this|that) helps|feel free to"
     r"|happy to help|glad to help)\b",
     needs=("let me know", "hope th", "feel free to", "to help"),
 )
-_FILLER_JA = re.compile(r"お役に立て|参考になれば|以下の通りです|以下のとおりです")
+_FILLER_JA: Final = re.compile(r"お役に立て|参考になれば|以下の通りです|以下のとおりです")
 
 
 def is_filler_statement(statement: str) -> bool:
@@ -142,7 +142,7 @@ def is_filler_statement(statement: str) -> bool:
     )
 
 
-_META_WORDS = ("passage", "paragraph", "document", "source", "context", "reference")
+_META_WORDS: Final = ("passage", "paragraph", "document", "source", "context", "reference")
 
 
 def _strip_meta(statement: str) -> str:
@@ -163,16 +163,31 @@ def _strip_meta(statement: str) -> str:
 StatementKind = Literal["claim", "refusal", "filler", "other_language"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Statement:
     """One sentence of the answer: a claim (scored when there are contexts), a refusal, filler
     that claims nothing ("Sure!", "Here is the summary:"), or a claim in a language none of the
-    contexts is written in (``other_language``), which lexical matching cannot check."""
+    contexts is written in (``other_language``), which lexical matching cannot check.
+
+    Never changed once made; its ``__init__`` written out for mypyc, as
+    :class:`~monitor.evaluators.text.Entity`'s is."""
 
     text: str
     kind: StatementKind
-    support: StatementSupport | None = None
-    scored: str = ""  # a claim as scored: its text without references to passages
+    support: StatementSupport | None
+    scored: str  # a claim as scored: its text without references to passages
+
+    def __init__(
+        self,
+        text: str,
+        kind: StatementKind,
+        support: StatementSupport | None = None,
+        scored: str = "",
+    ) -> None:
+        self.text = text
+        self.kind = kind
+        self.support = support
+        self.scored = scored
 
     @property
     def checkable(self) -> bool:
@@ -202,8 +217,8 @@ def _is_refusal(statements: list[Statement]) -> bool:
     return 2 * n_ref >= len(said) or (said[0].kind == "refusal" and len(said) <= 2)
 
 
-CROSS_LANGUAGE = "cross_language"
-UNSUPPORTED_LANGUAGE = "unsupported_language"
+CROSS_LANGUAGE: Final = "cross_language"
+UNSUPPORTED_LANGUAGE: Final = "unsupported_language"
 
 
 def _unmeasured_reason(

