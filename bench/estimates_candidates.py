@@ -299,8 +299,10 @@ def own_rates(stream: Stream, keys: Sequence[object]) -> list[float]:
 def power_tuned(
     stream: Stream, chosen: Sequence[Chosen], predictions: Sequence[float]
 ) -> Estimate | None:
-    """PPI++: the prediction scaled by the lambda that minimises the variance the recording
-    rules compute (a quadratic in lambda, from the same sums, without the floor at half)."""
+    """PPI++: the prediction scaled by the lambda at the vertex of the parabola through the
+    estimated variance at lambda = 0, 1 and 2 (the variance the recording rules compute is
+    quadratic in lambda, from the same sums, while its floor at half the spread does not
+    bind), so PromQL could compute it too."""
     rows = list(zip(chosen, stream.unfaithful, predictions, stream.conversations, strict=True))
 
     def terms(scale: float) -> tuple[Terms, Terms]:
