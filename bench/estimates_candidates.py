@@ -230,13 +230,13 @@ class Candidate:
     name: str
     fitter: Fitter
     priorities: bool  # learns on every judged trace, not only the draw's
-    weighted: bool = True  # each label by its inverse chance of being judged
+    weighted: bool = True  # each label by its inverse chance of being judged, else all alike
 
 
 CANDIDATES = (
     Candidate("+ priority labels", binned(10), priorities=True),
     Candidate("+ priority labels, unweighted", binned(10), priorities=True, weighted=False),
-    Candidate("20 bins", binned(20), priorities=False),
+    Candidate("20 bins", binned(20), priorities=False, weighted=False),  # as the daemon's
     Candidate("low support x ratio", binned(10, split_low=True), priorities=True),
     Candidate("logistic, 5 signals", logistic, priorities=True),
 )
