@@ -504,3 +504,11 @@ def test_lowercase_words_are_the_latin_runs_lowercased_one_by_one(value: str) ->
     words = text.lowercase_words(norm)
     assert words - {""} == by_run
     assert words & text._NUMBER_WORDS.keys() == by_run & text._NUMBER_WORDS.keys()
+
+
+def test_an_ascii_twin_is_refused_where_d_sits_in_a_character_class() -> None:
+    # [\d.] would become [[0-9].], a nested set that matches something else
+    for pattern in (r"[\d.]+", r"x[^\]\d]"):
+        with pytest.raises(ValueError, match="character class"):
+            text.ascii_twin(re.compile(pattern))
+    assert text.ascii_twin(re.compile(r"[a-z]\d")).pattern == "[a-z][0-9]"

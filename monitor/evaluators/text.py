@@ -118,8 +118,14 @@ _RE_THOUSANDS: Final = re.compile(r"(\d),(?=\d{3}(?!\d))")
 def ascii_twin(pattern: re.Pattern[str]) -> re.Pattern[str]:
     """`pattern` with ``[0-9]`` for ``\\d``: what it finds in ASCII text, where the two match
     the same characters, in about 60% of the time (``\\d`` asks the Unicode database about
-    every character it tries)."""
+    every character it tries). Only for a `\\d` outside a character class: inside one,
+    ``[0-9]`` would make a nested set."""
+    if _RE_DIGIT_IN_CLASS.search(pattern.pattern):
+        raise ValueError(f"\\d inside a character class: {pattern.pattern!r}")
     return re.compile(pattern.pattern.replace(r"\d", "[0-9]"), pattern.flags)
+
+
+_RE_DIGIT_IN_CLASS: Final = re.compile(r"\[(?:\\.|[^\]\\])*\\d")
 
 
 _RE_ASCII_THOUSANDS: Final = ascii_twin(_RE_THOUSANDS)
