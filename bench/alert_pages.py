@@ -23,12 +23,16 @@ readings (what ``increase`` gives), its estimate monitor.estimates.estimator's
 
 - ``cond``: the share of readings where the rule's condition is true;
 - ``page``: where it has also been true at the three readings before (15 minutes);
-- ``pages/day``: how many times a day it starts paging (a run of ``page`` readings).
+- ``pages/day``: how many times a day it starts paging while watched (a ``page`` reading after
+  one that is not; a page already on when the watch begins is not counted, so for a bad
+  service, paging throughout, ``page`` is the figure to read).
 
 Each figure with its standard error over the streams (readings of one stream are correlated).
 The rules' z = 1.96 (``now``) is compared with candidate fixes that PromQL can compute from
-the same counters:
+the same counters, and with the 6 h window left out:
 
+- ``1 h alone``: the 1 h upper bound below the threshold, with the guard (what the 6 h window
+  adds);
 - ``t(k-1)``: the 97.5% quantile of Student's t with the draw's conversations in the window
   less one as degrees of freedom (the Cornish-Fisher expansion 1.96 + 2.372/d + 2.821/d^2,
   within 0.01 of the exact quantile for d >= 3), instead of 1.96;
@@ -101,12 +105,17 @@ def upper(window: Window, z: Callable[[Window], float]) -> float | None:
     return min(1.0, estimate.value + z(window) * estimate.stderr)
 
 
-def rule(threshold: float, z: Callable[[Window], float], by_conversations: bool) -> Rule:
+def rule(
+    threshold: float,
+    z: Callable[[Window], float],
+    by_conversations: bool = False,
+    six_hours: bool = True,
+) -> Rule:
     def holds(hour: Window, six: Window) -> bool:
         guard = hour.drawn.clusters if by_conversations else hour.drawn.judged
         if guard < MIN_SAMPLES:
             return False
-        bounds = (upper(hour, z), upper(six, z))
+        bounds = (upper(hour, z), upper(six, z)) if six_hours else (upper(hour, z),)
         return all(b is not None and b < threshold for b in bounds)
 
     return holds
@@ -114,8 +123,9 @@ def rule(threshold: float, z: Callable[[Window], float], by_conversations: bool)
 
 def rules(threshold: float) -> dict[str, Rule]:
     return {
-        "now": rule(threshold, lambda w: Z95, by_conversations=False),
-        "t(k-1)": rule(threshold, lambda w: t_quantile(w.drawn.clusters - 1.0), False),
+        "now": rule(threshold, lambda w: Z95),
+        "1 h alone": rule(threshold, lambda w: Z95, six_hours=False),
+        "t(k-1)": rule(threshold, lambda w: t_quantile(w.drawn.clusters - 1.0)),
         "k >= 20": rule(threshold, lambda w: Z95, by_conversations=True),
     }
 
@@ -210,16 +220,13 @@ def replay(
     condition, paging, pages = {}, {}, {}
     for name, holds in conditions.items():
         true = np.asarray([holds(h, s) for h, s in zip(hourly, six, strict=True)])
-        held = np.asarray(
-            [
-                i >= FOR_READINGS and bool(true[i - FOR_READINGS : i + 1].all())
-                for i in range(true.size)
-            ]
+        held = np.asarray(  # from the first reading with 15 minutes of readings behind it
+            [bool(true[i - FOR_READINGS : i + 1].all()) for i in range(FOR_READINGS, true.size)]
         )
-        starts = int(held[0]) + int(np.sum(held[1:] & ~held[:-1]))
+        starts = int(np.sum(held[1:] & ~held[:-1]))  # pages that begin while watched
         condition[name] = float(true.mean())
         paging[name] = float(held.mean())
-        pages[name] = starts / (len(ends) / PER_HOUR) * 24.0
+        pages[name] = starts / ((held.size - 1) / PER_HOUR) * 24.0
     return StreamResult(
         condition,
         paging,
