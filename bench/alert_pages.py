@@ -35,7 +35,7 @@ the same counters, and with the 6 h window left out:
   adds);
 - ``t(k-1)``: the 97.5% quantile of Student's t with the draw's conversations in the window
   less one as degrees of freedom (the Cornish-Fisher expansion 1.96 + 2.372/d + 2.821/d^2,
-  within 0.01 of the exact quantile for d >= 3), instead of 1.96;
+  within 0.025 of the exact quantile for d >= 5, 0.12 under it at d = 3), instead of 1.96;
 - ``k >= 20``: 1.96, and at least 20 conversations of the uniform draw in the hour (the
   ``clusters`` term) instead of 20 traces.
 """
