@@ -161,12 +161,17 @@ class StreamResult:
     pages_per_day: dict[str, float]
     drawn_per_hour: float
     conversations_per_hour: float
+    readings: int
+    guarded: int  # 1 h readings with enough drawn: how their 95% interval misses the truth
+    truth_above: int  # upper bound < truth
+    truth_below: int  # lower bound > truth
 
 
 def replay(
     prepared: Prepared,
     calibrations: Calibrations,
     fold: int,
+    truth: float,
     human_rate: float,
     per_hour: int,
     hours: int,
@@ -227,12 +232,22 @@ def replay(
         condition[name] = float(true.mean())
         paging[name] = float(held.mean())
         pages[name] = starts / ((held.size - 1) / PER_HOUR) * 24.0
+    intervals = [
+        estimate.interval()
+        for h in hourly
+        if h.drawn.judged >= MIN_SAMPLES
+        and (estimate := prediction_powered(h.drawn, h.judged)) is not None
+    ]
     return StreamResult(
         condition,
         paging,
         pages,
         drawn_per_hour=float(np.mean([h.drawn.judged for h in hourly])),
         conversations_per_hour=float(np.mean([h.drawn.clusters for h in hourly])),
+        readings=len(hourly),
+        guarded=len(intervals),
+        truth_above=sum(high < truth for _, high in intervals),
+        truth_below=sum(low > truth for low, _ in intervals),
     )
 
 
@@ -286,6 +301,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                     prepared,
                     calibrations[rep % args.folds],
                     rep % args.folds,
+                    truth,
                     rate,
                     per_hour,
                     args.hours,
@@ -308,8 +324,12 @@ def print_header(args: argparse.Namespace, names: list[str]) -> None:
         f"default sampling (5% uniform draw of conversations, priorities capped)"
     )
     print("per rule: cond % / page % (held 15 min) / pages per day, each +- s.e. over streams")
-    cells = "".join(f" | {name:^34}" for name in names)
-    print(f"{'truth':>5} {'traces/h':>8} {'drawn/h':>7} {'conv/h':>6}{cells}")
+    print(
+        "last: the share of 1 h readings with >= 20 drawn, and of those, where the 95% interval"
+        " misses the truth: upper bound below it, lower bound above it"
+    )
+    cells = "".join(f" | {name:^36}" for name in names)
+    print(f"{'truth':>5} {'traces/h':>8} {'drawn/h':>7} {'conv/h':>6}{cells} | 1 h interval")
 
 
 def print_row(row: Row, names: list[str], flush: bool = False) -> None:
@@ -320,9 +340,13 @@ def print_row(row: Row, names: list[str], flush: bool = False) -> None:
         c, c_se = mean_se([s.condition[name] for s in row.streams])
         p, p_se = mean_se([s.paging[name] for s in row.streams])
         d, d_se = mean_se([s.pages_per_day[name] for s in row.streams])
-        cells += f" | {c:5.1%}±{c_se:4.1%} {p:5.1%}±{p_se:4.1%} {d:4.2f}±{d_se:4.2f}"
+        cells += f" | {c:5.1%}±{c_se:5.2%} {p:5.1%}±{p_se:5.2%} {d:4.2f}±{d_se:4.2f}"
+    guarded = sum(s.guarded for s in row.streams)
+    above = sum(s.truth_above for s in row.streams) / guarded if guarded else math.nan
+    below = sum(s.truth_below for s in row.streams) / guarded if guarded else math.nan
     print(
-        f"{row.truth:>5.2f} {row.per_hour:>8} {drawn:>7.1f} {conversations:>6.1f}{cells}",
+        f"{row.truth:>5.2f} {row.per_hour:>8} {drawn:>7.1f} {conversations:>6.1f}{cells}"
+        f" | {guarded / sum(s.readings for s in row.streams):4.0%} {above:5.1%} {below:5.1%}",
         flush=flush,
     )
 
