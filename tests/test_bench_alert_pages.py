@@ -9,15 +9,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor import metrics_catalog as catalog
-from monitor.config.scoring import EstimatesConfig
-from monitor.estimates.calibration import Calibrations
 from monitor.estimates.estimator import TERMS, Observation, terms_of
-from monitor.estimates.recorder import EstimateRecorder
-from monitor.metrics import AgentLabels
-from monitor.models import EvaluationResult, Score, Selection
+from monitor.models import Selection
 from tests.support.bench import load_bench
-from tests.support.traces import FIXED_TIME, make_trace
+from tests.support.estimates import recorder_on, result
+from tests.support.traces import make_trace
 
 LABELS = {"agent": "default", "metric": "faithfulness", "evaluator": "llm", "quantity": "mean"}
 SUMS = [term for term in TERMS if term not in ("traces", "predicted")]
@@ -26,15 +22,6 @@ SUMS = [term for term in TERMS if term not in ("traces", "predicted")]
 @pytest.fixture(scope="module")
 def bench() -> Any:
     return load_bench("alert_pages")
-
-
-def _result(evaluator: str, **scores: float) -> EvaluationResult:
-    return EvaluationResult(
-        trace_id="t",
-        timestamp=FIXED_TIME,
-        evaluator=evaluator,
-        scores={name: Score.of(value) for name, value in scores.items()},
-    )
 
 
 def _exported(registry: CollectorRegistry) -> dict[str, float]:
@@ -51,25 +38,17 @@ def test_replayed_counters_read_what_the_recorder_exports_at_every_reading(bench
     are not the terms of the window's traces taken alone."""
     rng = random.Random(3)
     registry = CollectorRegistry()
-    config = EstimatesConfig(thresholds={"faithfulness": 0.8})
-    recorder = EstimateRecorder(
-        evaluator="llm",
-        config=config,
-        terms=catalog.create(catalog.ESTIMATE_TERMS, registry),
-        weighted_terms=catalog.create(catalog.ESTIMATE_WEIGHTED_TERMS, registry),
-        agent_label=AgentLabels(10),
-        calibrations=Calibrations(config.thresholds, 100, 5, epoch_seconds=300.0),
-    )
+    recorder = recorder_on(registry)
     replayed: list[tuple[int, Observation]] = []
     snapshots = []
     for i in range(40):
         conversation = f"c{rng.randrange(6)}"
         trace = make_trace("q", ["ctx"], "answer", trace_id=f"t{i}", conversation_id=conversation)
-        tier0 = _result("heuristic", support=rng.random())
+        tier0 = result("heuristic", support=rng.random())
         predicted = recorder.predict(trace, tier0, read_at=0.0)
         judge = rng.choice([0.0, 1.0])
         drawn = Selection(uniform=True, inclusion_probability=0.5, predictions=predicted)
-        recorder.count_judged(trace, tier0, drawn, _result("llm", faithfulness=judge), now=0.0)
+        recorder.count_judged(trace, tier0, drawn, result("llm", faithfulness=judge), now=0.0)
         bucket = i // 20
         replayed.append(
             (bucket, Observation(conversation, 2.0, judge, predicted["faithfulness"].mean))
