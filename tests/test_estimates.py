@@ -9,8 +9,7 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor import metrics_catalog as catalog
-from monitor.config.scoring import EstimatesConfig, SamplingConfig
+from monitor.config.scoring import SamplingConfig
 from monitor.estimates.calibration import (
     BINS,
     FOLDS,
@@ -30,10 +29,9 @@ from monitor.estimates.estimator import (
     terms_of,
     uniform,
 )
-from monitor.estimates.recorder import EstimateRecorder
 from monitor.evaluators.sampler import Sampler, unit_hash
-from monitor.metrics import AgentLabels
 from monitor.models import EvaluationResult, Prediction, Score, Selection
+from tests.support.estimates import THRESHOLDS, recorder_on, result
 from tests.support.traces import FIXED_TIME, make_trace
 
 RATE = 0.1
@@ -156,16 +154,8 @@ def test_the_running_sums_equal_the_sums_of_the_whole_sample(seed: int) -> None:
     order the turns of interleaved conversations arrive in."""
     rng = random.Random(seed)
     registry = CollectorRegistry()
-    config = EstimatesConfig(thresholds={"faithfulness": 0.8})
-    calibrations = Calibrations(config.thresholds, window=100, min_labels=5, epoch_seconds=10.0)
-    recorder = EstimateRecorder(
-        evaluator="llm",
-        config=config,
-        terms=catalog.create(catalog.ESTIMATE_TERMS, registry),
-        weighted_terms=catalog.create(catalog.ESTIMATE_WEIGHTED_TERMS, registry),
-        agent_label=AgentLabels(10),
-        calibrations=calibrations,
-    )
+    calibrations = Calibrations(THRESHOLDS, window=100, min_labels=5, epoch_seconds=10.0)
+    recorder = recorder_on(registry, calibrations)
     observations: dict[str, list[Observation]] = {"mean": [], "below": []}
     weighted: dict[str, list[Observation]] = {"mean": [], "below": []}
     predictions: dict[str, list[float]] = {"mean": [], "below": []}
@@ -230,28 +220,11 @@ def test_the_running_sums_equal_the_sums_of_the_whole_sample(seed: int) -> None:
     assert len(weighted["mean"]) > len(observations["mean"]), "priorities were judged too"
 
 
-def result(evaluator: str, **scores: float) -> EvaluationResult:
-    return EvaluationResult(
-        trace_id="t",
-        timestamp=FIXED_TIME,
-        evaluator=evaluator,
-        scores={name: Score.of(value) for name, value in scores.items()},
-    )
-
-
 def test_judged_traces_outside_the_uniform_draw_or_unmeasured_are_not_in_the_sample() -> None:
     """A priority is in the weighted sample only (by its chance; never when that chance is
     unknown), never the draw's; an unmeasured judge score is in neither."""
     registry = CollectorRegistry()
-    config = EstimatesConfig(thresholds={"faithfulness": 0.8})
-    recorder = EstimateRecorder(
-        evaluator="llm",
-        config=config,
-        terms=catalog.create(catalog.ESTIMATE_TERMS, registry),
-        weighted_terms=catalog.create(catalog.ESTIMATE_WEIGHTED_TERMS, registry),
-        agent_label=AgentLabels(10),
-        calibrations=Calibrations(config.thresholds, 100, 5, epoch_seconds=300.0),
-    )
+    recorder = recorder_on(registry)
     trace = make_trace("q", ["ctx"], "answer", trace_id="t1")
     tier0 = result("heuristic", support=0.3)
     predicted = recorder.predict(trace, tier0, read_at=0.0)
