@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
             "faults",
             "config",
             "metrics_catalog",
+            "compiled",
             "metrics",
             "retry",
             "logs",
@@ -51,7 +52,8 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
             "progress",
         ),
         "value types (`Trace`, `RawMessage`, results), the protocols between packages, settings,"
-        " the metrics catalog, the retry policy, faults, time conversions, logging, the HTTP"
+        " the metrics catalog, which modules run compiled, the retry policy, faults, time"
+        " conversions, logging, the HTTP"
         " server: no I/O of the pipeline's own",
     ),
     (
