@@ -27,24 +27,11 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
 from bench import ingest  # noqa: E402
+from bench.scored_rate import counter_total  # noqa: E402
+from monitor import metrics_catalog as catalog  # noqa: E402
 from monitor.daemon import Daemon, SourceSpec  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
 from tests.support.kafka_io import produce  # noqa: E402
-
-
-def _sum(registry: CollectorRegistry, name: str, **labels: str) -> dict[str, float]:
-    """Samples of metric family `name` matching `labels`, by their label values."""
-    found: dict[str, float] = {}
-    for metric in registry.collect():
-        if metric.name != name:
-            continue
-        for sample in metric.samples:
-            if sample.name.endswith("_created"):
-                continue
-            if all(sample.labels.get(k) == v for k, v in labels.items()):
-                key = ",".join(f"{v}" for v in sample.labels.values()) or "all"
-                found[key] = found.get(key, 0.0) + sample.value
-    return found
 
 
 async def run(bootstrap: str, turns: int, single: bool) -> None:
@@ -58,21 +45,26 @@ async def run(bootstrap: str, turns: int, single: bool) -> None:
         registry = CollectorRegistry()
         daemon = Daemon(settings, SourceSpec("kafka"), registry=registry)
         task = asyncio.create_task(daemon.run())
+        processed, otlp = daemon.metrics.traces_processed, daemon.otlp_metrics
         started, peak, scored = time.monotonic(), 0.0, 0.0
-        while scored < turns and not task.done():
+        while scored < turns:
             await asyncio.sleep(0.2)
-            pending = _sum(registry, "ragmon_otlp_assembly_traces", state="pending")
-            peak = max(peak, sum(pending.values()))
-            scored = sum(_sum(registry, "ragmon_traces_processed", outcome="ok").values())
+            if task.done():
+                task.result()
+                raise RuntimeError("the daemon stopped before the last trace")
+            pending = registry.get_sample_value("ragmon_otlp_assembly_traces", {"state": "pending"})
+            peak = max(peak, pending or 0.0)
+            scored = counter_total(processed, outcome="ok")
         took = time.monotonic() - started
-        shed = _sum(registry, "ragmon_otlp_assembly_shed")
-        paused = sum(_sum(registry, "ragmon_otlp_assembly_paused_seconds").values())
+        reasons = catalog.OTLP_ASSEMBLY_SHED.preset["reason"]
+        shed = {reason: counter_total(otlp.shed, reason=reason) for reason in reasons}
+        paused = counter_total(otlp.paused)
         daemon.request_stop()
         await task
     print(
         f"{'single replica' if single else 'internal topics'}: {turns:,} turns scored "
         f"{scored:,.0f} in {took:.0f} s; at most {peak:,.0f} traces assembling at once; "
-        f"shed {', '.join(f'{k} {v:,.0f}' for k, v in sorted(shed.items()))}; "
+        f"shed {', '.join(f'{k} {v:,.0f}' for k, v in shed.items())}; "
         f"reading paused {paused:.1f} s"
     )
 
