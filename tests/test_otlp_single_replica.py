@@ -94,12 +94,7 @@ def test_spans_spread_over_partitions_are_scored_in_process_without_internal_top
     replica = pipeline.replica("single")
     with running(replica):
         pipeline.produce(messages, rng, pause=0.02)
-        wait_until(
-            lambda: committed_to_end(pipeline.bootstrap, pipeline.group, pipeline.otlp),
-            90,
-            "every export committed by the scoring group",
-            interval=0.5,
-        )
+        _wait_all_committed(pipeline, 90, "every export committed by the scoring group")
         moved = renumbered(replica)
         released = replica.value("ragmon_otlp_traces_released_total", outcome="complete")
         events = replica.log_events()
@@ -141,12 +136,7 @@ def test_an_exports_offset_is_committed_only_once_every_trace_it_carried_is_stor
             whole.trace_id
         ]
         asyncio.run(produce(pipeline.bootstrap, pipeline.otlp, [rest], partition=1))
-        wait_until(
-            lambda: committed_to_end(pipeline.bootstrap, pipeline.group, pipeline.otlp),
-            60,
-            "both exports committed",
-            interval=0.5,
-        )
+        _wait_all_committed(pipeline, 60, "both exports committed")
         _stop(replica)
     check_results(pipeline, [whole, waiting])
 
@@ -201,12 +191,7 @@ def test_spans_re_read_after_a_kill_of_a_trace_stored_whole_are_not_scored_as_a_
         replica.start()
         replica.wait_ready(90)
         _send(pipeline, waiting.late(), partition=2)
-        wait_until(
-            lambda: committed_to_end(pipeline.bootstrap, pipeline.group, pipeline.otlp),
-            60,
-            "every export committed",
-            interval=0.5,
-        )
+        _wait_all_committed(pipeline, 60, "every export committed")
         skipped = replica.value("ragmon_traces_skipped_total", reason="otlp_late_spans")
         _stop(replica)
     check_results(pipeline, [stored, waiting])
@@ -218,6 +203,16 @@ def _send(pipeline: Pipeline, spans: list[ReadableSpan], partition: int) -> None
     """One export of these spans to one partition of the OTLP topic."""
     value = encode(spans, "otlp_proto")
     asyncio.run(produce(pipeline.bootstrap, pipeline.otlp, [value], partition=partition))
+
+
+def _wait_all_committed(pipeline: Pipeline, seconds: float, what: str) -> None:
+    """Until the scoring group has committed every message of the OTLP topic."""
+    wait_until(
+        lambda: committed_to_end(pipeline.bootstrap, pipeline.group, pipeline.otlp),
+        seconds,
+        what,
+        interval=0.5,
+    )
 
 
 def committed_to_end_of(pipeline: Pipeline, partition: int) -> bool:
@@ -259,12 +254,7 @@ def test_sigkill_mid_stream_loses_nothing_and_stores_nothing_twice(
             replica.wait_ready(90)
         producing.join(120)
         assert not producing.is_alive()
-        wait_until(
-            lambda: committed_to_end(pipeline.bootstrap, pipeline.group, pipeline.otlp),
-            120,
-            "every export committed",
-            interval=0.5,
-        )
+        _wait_all_committed(pipeline, 120, "every export committed")
         _stop(replica)
     check_results(pipeline, turns)  # every trace once, whole (no fragment stored over it)
     for k in range(5):
@@ -321,12 +311,7 @@ def test_a_backlog_past_the_assemblers_bound_is_read_as_traces_settle_and_none_i
         RAGMON_KAFKA__OTLP_ASSEMBLY_SETTLE_SECONDS="0.3",
     )
     with running(replica):
-        wait_until(
-            lambda: committed_to_end(pipeline.bootstrap, pipeline.group, pipeline.otlp),
-            120,
-            "the backlog committed",
-            interval=0.5,
-        )
+        _wait_all_committed(pipeline, 120, "the backlog committed")
         released = replica.value("ragmon_otlp_traces_released_total", outcome="complete")
         shed = replica.value("ragmon_otlp_assembly_shed_total", reason="pending_limit")
         paused = replica.value("ragmon_otlp_assembly_paused_seconds_total")
