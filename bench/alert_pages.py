@@ -65,6 +65,7 @@ from bench.estimates import (  # noqa: E402
     prepare,
     select,
 )
+from monitor.config.scoring import SamplingConfig  # noqa: E402
 from monitor.estimates.calibration import Calibrations  # noqa: E402
 from monitor.estimates.estimator import (  # noqa: E402
     TERMS,
@@ -178,13 +179,14 @@ def replay(
     rng: np.random.Generator,
     tag: str,
     conditions: dict[str, Rule],
+    sampling: SamplingConfig,
 ) -> StreamResult:
     cases = prepared.cases
     traces = per_hour * hours
     stream = prepared.stream(
         prepared.members(fold, held_out=True), human_rate, traces, rng, tag, per_hour / 60.0
     )
-    chosen = select(stream, cases, fold)
+    chosen = select(stream, cases, fold, sampling, 3600.0 / per_hour)
     below = frozen_predictions(stream, cases, fold, calibrations)
     mean_prediction = [1.0 - b for b in below]  # 0/1 verdicts: the mean is 1 - the share below
     faithful = 1.0 - stream.unfaithful
@@ -286,6 +288,7 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
 def run(args: argparse.Namespace) -> list[Row]:
     prepared = prepare(args.data, args.folds, args.seed, args.judge_error)
     conditions = rules(args.threshold)
+    sampling = SamplingConfig(min_drawn_per_hour=args.min_drawn_per_hour)
     out = []
     for truth in args.truths:
         rate = human_rate_for(truth, args.judge_error)
@@ -308,6 +311,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                     rng,
                     f"test-{truth}-{per_hour}-{rep}",
                     conditions,
+                    sampling,
                 )
                 for rep in range(args.reps)
             ]
@@ -322,6 +326,11 @@ def print_header(args: argparse.Namespace, names: list[str]) -> None:
         f"{MIN_SAMPLES} drawn in the hour) on {args.reps} streams of {args.hours} h per row, "
         f"read every {READING_MINUTES} min from 6 h on; judge error {args.judge_error}; "
         f"default sampling (5% uniform draw of conversations, priorities capped)"
+        + (
+            f", a floor of {args.min_drawn_per_hour} drawn traces an hour"
+            if args.min_drawn_per_hour
+            else ""
+        )
     )
     print("per rule: cond % / page % (held 15 min) / pages per day, each +- s.e. over streams")
     print(
@@ -372,6 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--min-drawn-per-hour",
+        type=int,
+        default=None,
+        help="sampling.min_drawn_per_hour: a quiet agent's rate raised to draw this many",
+    )
     args = parser.parse_args(argv)
     if args.hours < 7:
         parser.error("--hours must leave readings after the first 6 hours")

@@ -259,6 +259,14 @@ def language_weights(cases: list[Case], members: Sequence[int]) -> tuple[list[st
     return languages, [counts[lang] / total for lang in languages]
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @dataclass(frozen=True, slots=True)
 class Chosen:
     """What the real sampler decided for one trace of a stream."""
@@ -269,12 +277,22 @@ class Chosen:
     judged_probability: float  # by the draw or as a priority
 
 
-def select(stream: Stream, cases: list[Case], fold: int) -> list[Chosen]:
-    """Every trace's selection, from the real sampler."""
-    sampler = Sampler(SamplingConfig())
+def select(
+    stream: Stream,
+    cases: list[Case],
+    fold: int,
+    config: SamplingConfig | None = None,
+    seconds_per_trace: float = 1.0,
+) -> list[Chosen]:
+    """Every trace's selection, from the real sampler (default `config`), trace i read at
+    i * `seconds_per_trace` seconds (the time a floor of drawn traces an hour follows)."""
+    clock = _Clock()
+    sampler = Sampler(config or SamplingConfig(), clock=clock)
     draws: dict[str, float] = {}
     out = []
     for i, (case, conversation) in enumerate(zip(stream.cases, stream.conversations, strict=True)):
+        clock.now = i * seconds_per_trace
+        sampler.count_traffic("default")
         draw = draws.get(conversation)
         if draw is None:
             draw = draws[conversation] = unit_hash(conversation)

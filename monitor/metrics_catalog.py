@@ -414,7 +414,7 @@ SAMPLER_EFFECTIVE_RATE = _declare(
     MetricSpec(
         "ragmon_sampler_effective_rate_ratio",
         Gauge,
-        "Sampling rate in force after load shedding.",
+        "Uniform sampling rate in force (configured or quiet-agent floor), after load shedding.",
         ("agent",),
     )
 )

@@ -153,3 +153,12 @@ def test_the_command_refuses_a_misspelled_variable() -> None:
         "  RAGMON_SAMPLNG__RATE: no such setting; did you mean sampling.rate"
         " (RAGMON_SAMPLING__RATE)?",
     ]
+
+
+def test_an_agent_rate_outside_zero_to_one_fails_naming_the_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGMON_SAMPLING__AGENT_RATES", '{"bot": 0.5, "billing": 5}')
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert set(_problems(exc)) == {"sampling.agent_rates.billing"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from monitor.config.scoring import SamplingConfig
@@ -194,3 +195,72 @@ def test_every_priority_rule_is_named() -> None:
     unhappy = trace("c").model_copy(update={"feedback": Feedback(score=-1)})
     assert sampler.select(unhappy, tier0()).selection.priority == "negative_feedback"
     assert sampler.select(trace("d"), tier0()).selection.priority is None
+
+
+class Clock:
+    """A settable clock for the sampler's floor, which follows traffic over time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_quiet_agents_rate_rises_to_its_floor_of_drawn_traces_an_hour() -> None:
+    """At 300 traces an hour a 5% draw takes 15, too few for an hourly alert; with a floor of
+    60 the quiet agent is drawn at about 60 / 300 = 0.2 from its first whole minute on, and at
+    exactly that once an hour of its traffic is known. A busy agent (12,000 an hour) keeps its
+    5%. Each trace records the rate it was drawn at."""
+    clock = Clock()
+    sampler = Sampler(SamplingConfig(rate=0.05, min_drawn_per_hour=60), clock=clock)
+    rates: dict[str, list[float]] = {"quiet": [], "busy": []}
+    drawn = 0
+    for minute in range(90):
+        for agent, per_minute in (("quiet", 5), ("busy", 200)):
+            for k in range(per_minute):
+                clock.now = minute * 60 + (k + 0.5) * 60 / per_minute
+                name = f"{agent}-{minute}-{k}"
+                choice = sampler.select(
+                    make_trace("q", ["c"], "a", trace_id=name, conversation_id=name, agent=agent),
+                    tier0(),
+                )
+                rates[agent].append(choice.selection.inclusion_probability)
+                drawn += agent == "quiet" and choice.selection.uniform
+    # before a whole minute is known, the floor over the traffic counted so far (1, 1/2, ...):
+    # more than the floor asks for, never less
+    assert rates["quiet"][:5] == pytest.approx([1.0, 1 / 2, 1 / 3, 1 / 4, 1 / 5])
+    assert rates["busy"][:20] == pytest.approx([1 / k for k in range(1, 21)])
+    assert set(rates["busy"][200:]) == {0.05}
+    # from the first whole minute on, the traffic counted since the agent's first trace
+    assert all(0.18 <= rate <= 0.2 for rate in rates["quiet"][5:])
+    assert rates["quiet"][61 * 5 :] == pytest.approx([0.2] * (29 * 5))
+    assert sampler.effective_rate("quiet") == pytest.approx(0.2)
+    assert 0.15 < drawn / (90 * 5) < 0.27
+
+
+def test_a_floor_raised_changing_rate_keeps_the_draw_a_known_chance_sample() -> None:
+    """Proved by simulation against a known truth: a quiet hour of bad answers (120 traces,
+    drawn at 60 / 120 = 0.5 under a floor of 60) and a busy hour of good ones (1,200, drawn at
+    0.05). The drawn traces' plain mean reads about half the traffic good; weighted by the
+    inverse of the rate each recorded (what the estimates do), it is the truth, 1,200 / 1,320."""
+    truth = 1200 / 1320
+    rng = np.random.default_rng(7)
+    plain, weighted = [], []
+    for _ in range(300):
+        clock = Clock()
+        sampler = Sampler(SamplingConfig(rate=0.02, min_drawn_per_hour=60), clock=clock)
+        ys, ws = [], []
+        for hour, (count, y) in enumerate(((120, 0.0), (1200, 1.0))):
+            for k in range(count):
+                clock.now = hour * 3600 + (k + 0.5) * 3600 / count
+                sampler.count_traffic("default")
+                choice = sampler.choose("default", float(rng.random()), None, 0.5)
+                if choice.selection.uniform:
+                    ys.append(y)
+                    ws.append(1.0 / choice.selection.inclusion_probability)
+        plain.append(float(np.mean(ys)))
+        weighted.append(float(np.average(ys, weights=ws)))
+    error = float(np.std(weighted) / math.sqrt(len(weighted)))
+    assert abs(float(np.mean(weighted)) - truth) < 3 * error + 0.005
+    assert float(np.mean(plain)) < 0.7  # the unweighted draw over-represents the quiet hour

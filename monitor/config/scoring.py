@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, field_validator
 
 from monitor.config.base import Section
@@ -19,7 +21,15 @@ class SamplingConfig(Section):
     """See :mod:`monitor.evaluators.sampler` for how the rates and priorities are applied."""
 
     rate: float = Field(default=0.05, ge=0, le=1, description="share of conversations judged")
-    agent_rates: dict[str, float] = Field(default_factory=dict)
+    agent_rates: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict, description="per-agent shares of conversations judged"
+    )
+    min_drawn_per_hour: int | None = Field(
+        default=None,
+        gt=0,
+        description="fewest traces an hour each agent's uniform draw takes (per replica): a "
+        "quieter agent's rate is raised to reach it, up to 1",
+    )
     priority_faithfulness_below: float = Field(default=0.5, ge=0, le=1)
     priority_feedback_at_or_below: float | None = Field(
         default=0.0, description="feedback.score at or below this always gets judged"

@@ -17,6 +17,13 @@ rate + (1 - rate) q, decided before its own scores were seen, and the estimates 
 priority traces by its inverse (monitor.estimates); a first-come token bucket would judge by
 arrival order, which no probability describes.
 
+A quiet agent's draw may be too small for its estimates and alerts to say anything within an
+hour (the alerts wait for 20 drawn traces): with `sampling.min_drawn_per_hour`, an agent whose
+traffic of the last hour would give fewer drawn traces at its rate gets the rate that gives
+that many (up to 1). The rate follows the agent's traffic (monitor.evaluators.agent_traffic),
+never a trace's own content or draw, and each trace records the rate it was drawn at, so the
+estimates weigh it as they weigh any other rate.
+
 When the judge queue fills, the effective rate is lowered instead of blocking consumption (the
 rate in force is recorded as the trace's inclusion probability), and whatever cannot be queued
 is shed and counted.
@@ -26,10 +33,12 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from monitor.config.scoring import SamplingConfig
+from monitor.evaluators.agent_traffic import AgentTraffic
 from monitor.evaluators.token_budget import TokenBudget
 from monitor.models import EvaluationResult, PriorityReason, Selection, Trace
 
@@ -64,16 +73,45 @@ class Choice:
 class Sampler:
     """Decides per trace; adapts a load factor in [min_rate_factor, 1] from queue depth."""
 
-    def __init__(self, config: SamplingConfig, budget: TokenBudget | None = None) -> None:
+    def __init__(
+        self,
+        config: SamplingConfig,
+        budget: TokenBudget | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.load_factor = 1.0
         self._last_adjust = 0.0
         self._priority_credit: dict[str, float] = {}
         # Judge clients charge this budget as they spend (pass it to them); see token_budget.
         self.budget = budget if budget is not None else TokenBudget(config.token_budget_per_hour)
+        self._clock = clock
+        self._traffic = (
+            AgentTraffic(MAX_PRIORITY_BUCKETS) if config.min_drawn_per_hour is not None else None
+        )
+        self._floor_rates: dict[str, float] = {}
+
+    def configured_rate(self, agent: str) -> float:
+        return self.config.agent_rates.get(agent, self.config.rate)
 
     def base_rate(self, agent: str) -> float:
-        return self.config.agent_rates.get(agent, self.config.rate)
+        """The agent's rate before load shedding: its configured rate, or the higher one its
+        floor of drawn traces an hour asks for."""
+        return self._floor_rates.get(agent, self.configured_rate(agent))
+
+    def count_traffic(self, agent: str) -> None:
+        """Count one trace of `agent` towards the traffic its floor rate follows."""
+        if self._traffic is None or self.config.min_drawn_per_hour is None:
+            return
+        per_hour = self._traffic.count(agent, self._clock())
+        if per_hour is None:
+            return
+        configured = self.configured_rate(agent)
+        floor = min(1.0, self.config.min_drawn_per_hour / per_hour)
+        if floor > configured:
+            self._floor_rates[agent] = floor
+        else:
+            self._floor_rates.pop(agent, None)
 
     def effective_rate(self, agent: str) -> float:
         return self.base_rate(agent) * self.load_factor
@@ -81,7 +119,11 @@ class Sampler:
     def decide(self, trace: Trace, tier0: EvaluationResult) -> Decision:
         return self.select(trace, tier0).decision
 
-    def select(self, trace: Trace, tier0: EvaluationResult) -> Choice:
+    def select(self, trace: Trace, tier0: EvaluationResult, count: bool = True) -> Choice:
+        """Decide `trace`; `count` it towards its agent's traffic unless it is a trace seen
+        before (a revision)."""
+        if count:
+            self.count_traffic(trace.agent)
         return self.choose(
             trace.agent,
             self.draw(trace),

@@ -233,10 +233,11 @@ class ScoringProcessor:
         (`read_at`, a time.monotonic() reading)."""
         agent = self._metrics.agent_label(trace.agent)
         self._sampler.observe_queue(self._judge_depth)
-        self._metrics.rate_series(agent).set(self._sampler.effective_rate(trace.agent))
         if self._judge is None:
+            self._metrics.rate_series(agent).set(self._sampler.effective_rate(trace.agent))
             return None, None
-        choice = self._sampler.select(trace, tier0)
+        choice = self._sampler.select(trace, tier0, count)
+        self._metrics.rate_series(agent).set(choice.selection.inclusion_probability)
         selection, decision = choice.selection, choice.decision
         if self._estimates is not None:
             predictions = self._estimates.predict(trace, tier0, read_at)
