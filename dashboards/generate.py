@@ -1099,7 +1099,8 @@ def population_estimate_panels() -> list[dict[str, Any]]:
             description="sampled: the uniform draw; priority: judged for a priority rule only "
             "(by a chance the cap sampling.priority_max_share sets: the estimates weigh it by "
             "its inverse); priority_capped: priorities that chance skipped; and the priority rules "
-            "matched, drawn or not.",
+            "matched, drawn or not. The estimate alerts need 20 sampled in the hour: an agent "
+            "under it cannot page (sampling.min_drawn_per_hour raises a quiet agent's rate).",
         ),
         timeseries(
             "Judge minus tier 0 on the uniform draw (correction)",
