@@ -87,6 +87,7 @@ from monitor.evaluators.sampler import Sampler, unit_hash  # noqa: E402
 from monitor.metrics import AgentLabels  # noqa: E402
 from monitor.metrics_catalog import ESTIMATE_TERMS, ESTIMATE_WEIGHTED_TERMS, create  # noqa: E402
 from monitor.models import EvaluationResult, PriorityReason, Score  # noqa: E402
+from tests.support.clock import Clock  # noqa: E402
 
 METRIC = "faithfulness"
 ICC = 0.2  # intra-conversation correlation of the propensity to invent
@@ -259,14 +260,6 @@ def language_weights(cases: list[Case], members: Sequence[int]) -> tuple[list[st
     return languages, [counts[lang] / total for lang in languages]
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass(frozen=True, slots=True)
 class Chosen:
     """What the real sampler decided for one trace of a stream."""
@@ -286,7 +279,7 @@ def select(
 ) -> list[Chosen]:
     """Every trace's selection, from the real sampler (default `config`), trace i read at
     i * `seconds_per_trace` seconds (the time a floor of drawn traces an hour follows)."""
-    clock = _Clock()
+    clock = Clock()
     sampler = Sampler(config or SamplingConfig(), clock=clock)
     draws: dict[str, float] = {}
     out = []

@@ -19,20 +19,13 @@ from monitor.retry import FailingCalls
 from monitor.shutdown import ShutdownClock
 from monitor.sources.offsets import OffsetTracker
 from monitor.sources.progress import StageWatch, StuckPartitions
+from tests.support.clock import Clock
 
 TP0, TP1 = TopicPartition("in", 0), TopicPartition("in", 1)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_partition_is_stuck_when_its_unfinished_head_stands_still_for_the_bound() -> None:
-    clock, tracker = Clock(), OffsetTracker()
+    clock, tracker = Clock(1000.0), OffsetTracker()
     stuck = StuckPartitions(tracker, 30, clock)
     for offset in (5, 6, 7):
         tracker.begin(TP0, offset)
@@ -54,7 +47,7 @@ def test_a_partition_is_stuck_when_its_unfinished_head_stands_still_for_the_boun
 
 
 def test_a_busy_partition_whose_head_keeps_finishing_is_never_stuck() -> None:
-    clock, tracker = Clock(), OffsetTracker()
+    clock, tracker = Clock(1000.0), OffsetTracker()
     stuck = StuckPartitions(tracker, 30, clock)
     for offset in range(100):
         tracker.begin(TP0, offset)
@@ -75,7 +68,7 @@ def watch(
 
 
 def test_the_watch_sets_the_gauge_names_the_cause_and_logs_once_a_minute() -> None:
-    clock, registry = Clock(), CollectorRegistry()
+    clock, registry = Clock(1000.0), CollectorRegistry()
     failing = FailingCalls(clock)
     stages, tracker = watch(clock, failing, registry)
     gauge = registry.get_sample_value
@@ -105,7 +98,7 @@ def test_the_watch_sets_the_gauge_names_the_cause_and_logs_once_a_minute() -> No
 
 
 def test_a_write_failing_past_the_bound_is_a_problem_even_without_a_stuck_partition() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     failing = FailingCalls(clock)
     stages, _ = watch(clock, failing, CollectorRegistry())
     failing.failed("call", "results", TimeoutError("no answer"))
@@ -120,7 +113,7 @@ def test_a_write_failing_past_the_bound_is_a_problem_even_without_a_stuck_partit
 
 
 def test_the_shutdown_clock_keeps_a_reserve_for_closing() -> None:
-    clock = Clock()
+    clock = Clock(1000.0)
     shutdown = ShutdownClock(20, clock)
     assert not shutdown.started
     clock.now += 5

@@ -6,18 +6,11 @@ import asyncio
 import io
 
 from monitor.progress import Progress, duration
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def test_a_line_says_done_of_total_rate_and_time_left() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     progress = Progress(20, io.StringIO(), tty=False, clock=clock, detail=lambda: "judge 2")
     assert progress.line() == "scored 0/20 traces, judge 2"
     clock.now += 120
@@ -27,7 +20,7 @@ def test_a_line_says_done_of_total_rate_and_time_left() -> None:
 
 
 def test_a_terminal_gets_one_line_rewritten_in_place() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     out = io.StringIO()
     progress = Progress(3, out, tty=True, clock=clock)
     for _ in range(3):

@@ -10,6 +10,7 @@ import pytest
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.sampler import Sampler
 from monitor.models import Context, EvaluationResult, Feedback, Score, Trace
+from tests.support.clock import Clock
 from tests.support.traces import FIXED_TIME, make_trace
 
 
@@ -195,16 +196,6 @@ def test_every_priority_rule_is_named() -> None:
     unhappy = trace("c").model_copy(update={"feedback": Feedback(score=-1)})
     assert sampler.select(unhappy, tier0()).selection.priority == "negative_feedback"
     assert sampler.select(trace("d"), tier0()).selection.priority is None
-
-
-class Clock:
-    """A settable clock for the sampler's floor, which follows traffic over time."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_quiet_agents_rate_rises_to_its_floor_of_drawn_traces_an_hour() -> None:
