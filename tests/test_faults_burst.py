@@ -4,8 +4,10 @@ Traces arrive at a base rate the judge can follow (RAGMON_FAULT_BURST_RATE per s
 30, half of them sampled), then at ten times that rate for RAGMON_FAULT_BURST_SECONDS (default
 5), then at the base rate again. Expected, from the real daemon process:
 
-- the sampler sheds (ragmon_sampler_shed_total{reason="queue_full"} grows) and lowers its
-  effective rate (ragmon_sampler_effective_rate_ratio) instead of stalling consumption;
+- the sampler sheds judge work instead of stalling consumption: it lowers its effective rate
+  (ragmon_sampler_effective_rate_ratio), and what the lowered rate or the full queue leaves
+  unjudged is counted (ragmon_sampler_shed_total, reasons rate_lowered and queue_full; which
+  of the two does the shedding depends on how fast the rate falls against the queue filling);
 - consumer lag (ragmon_kafka_consumer_lag_messages) rises during the burst and then comes back
   to its base level;
 - resident memory stays under RSS_BOUND_MIB;
@@ -162,10 +164,9 @@ def test_a_tenfold_burst_sheds_judge_work_and_lag_recovers(
         f"in-flight max {max(s.in_flight for s in samples):.0f}; "
         f"rss max {max(s.rss_mib for s in samples):.0f} MiB (bound {RSS_BOUND_MIB})"
     )
-    assert samples[-1].shed > base[-1].shed, "the burst made the sampler shed"
     assert min(s.rate for s in samples) < SAMPLING_RATE, "the effective rate was lowered"
     # what the lowered rate left unjudged is counted as shed, not hidden among "skipped"
-    assert samples[-1].lowered > 0, "traces dropped by the lowered rate were counted"
+    assert samples[-1].lowered > base[-1].lowered, "traces dropped by the lowered rate counted"
     assert peak > recovered_at, "lag rose during the burst"
     assert after[-1].lag <= recovered_at, "lag came back after the burst"
     assert max(s.queue for s in samples) <= QUEUE_SIZE
