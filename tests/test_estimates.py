@@ -372,10 +372,13 @@ def test_the_calibration_forgets_beyond_its_window_and_fills_empty_bins() -> Non
     assert calibration.labels == 4
 
 
-def test_prediction_powered_estimate_is_unbiased_whatever_the_prediction() -> None:
+@pytest.mark.parametrize("graded", [False, True], ids=["verdicts", "graded scores"])
+def test_prediction_powered_estimate_is_unbiased_whatever_the_prediction(graded: bool) -> None:
     """A cluster sample of a skewed population with a prediction that is badly off (shifted and
     noisy): over repetitions, the estimates average to the truth and the 95% intervals cover it
-    about 95% of the time (bench/estimates.py measures this on real data)."""
+    about 95% of the time (bench/estimates.py measures this on real data, with 0/1 verdicts).
+    Graded scores (a judge's relevancy, a share of supported statements: here a Beta around the
+    conversation's level) hold the same."""
     rng = random.Random(7)
     covered = 0
     errors = []
@@ -385,7 +388,10 @@ def test_prediction_powered_estimate_is_unbiased_whatever_the_prediction() -> No
         for c in range(400):
             level = rng.random() ** 2
             for _ in range(rng.randint(1, 4)):
-                y = float(rng.random() < level)
+                if graded:
+                    y = rng.betavariate(1 + 8 * level, 1 + 8 * (1 - level))
+                else:
+                    y = float(rng.random() < level)
                 population.append((f"c{c}", y, min(1.0, 0.3 + 0.5 * level + rng.gauss(0, 0.2))))
         truth = sum(y for _, y, _ in population) / len(population)
         drawn = {c for c in {c for c, _, _ in population} if rng.random() < 0.15}
