@@ -26,15 +26,17 @@ class _Minutes:
     current: int
     count: int = 0
     completed: deque[tuple[int, int]] = field(default_factory=deque)
+    completed_total: int = 0
 
     def advance(self, minute: int) -> None:
         if minute == self.current:
             return
         self.completed.append((self.current, self.count))
+        self.completed_total += self.count
         self.current, self.count = minute, 0
         oldest = minute - WINDOW_MINUTES
         while self.completed and self.completed[0][0] < oldest:
-            self.completed.popleft()
+            self.completed_total -= self.completed.popleft()[1]
 
     def per_hour(self) -> float:
         """The larger of: the completed minutes of the last hour over the time they cover,
@@ -44,8 +46,7 @@ class _Minutes:
         observed = self.current * MINUTE - start
         if observed < MIN_OBSERVED_SECONDS:
             return current
-        traces = sum(count for _, count in self.completed)
-        return max(current, traces * (WINDOW_MINUTES * MINUTE / observed))
+        return max(current, self.completed_total * (WINDOW_MINUTES * MINUTE / observed))
 
 
 class AgentTraffic:
