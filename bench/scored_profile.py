@@ -2,6 +2,7 @@
 
     (py-spy comes with the dev extra: pip install -e ".[dev]")
     python bench/scored_profile.py [--scored 6000] [--rate 200] [--out scored.raw] [--top 25]
+        [--all-threads]
 
 Starts the test broker, produces ``--scored`` RAG turns as native JSON (three a conversation,
 as `bench/ingest.py` scores them), and runs the same scored measurement (default scoring
@@ -9,9 +10,15 @@ stage, SQLite store, results topic, no judge) with py-spy attached to this proce
 first message read to the last trace processed (``--nonblocking``: the daemon is not paused
 to be sampled). It prints the process's CPU per trace and shares it out by the samples:
 tier 0 (any frame in ``monitor/evaluators/``), then, outside it, the parts of the path and
-the functions with the most inclusive time, in µs of CPU per trace. Samples of idle threads
-are not taken (py-spy's default), so the shares are of CPU, not of wall time. The raw stacks
-stay in ``--out`` for a flame graph (``flamegraph.pl``, speedscope).
+the functions with the most inclusive time, in µs of CPU per trace. The raw stacks stay in
+``--out`` for a flame graph (``flamegraph.pl``, speedscope).
+
+By default only the thread holding the GIL is sampled (py-spy's ``--gil``), each sample
+standing for 1/``--rate`` s of it; what the process spent without the GIL (SQLite's
+statements in its worker threads, system calls) is the rest of its CPU, one row. Sampling every
+thread py-spy sees running (``--all-threads``, the earlier default) counted a thread waiting to
+take the GIL back as busy: 155 µs a trace for SQLite's thread, whose own CPU clock said 80-90
+(`bench/scored_loop.py`), and 81 for the loop's ``select``, whose CPU was 10-15.
 """
 
 from __future__ import annotations
@@ -71,23 +78,32 @@ def _short(frame: str) -> str:
     return f"{function} ({file})"
 
 
-def report(path: Path, ms_per_trace: float, top: int) -> None:
+def report(path: Path, ms_per_trace: float, top: int, gil_rate: int | None, traces: int) -> None:
+    """Share the CPU per trace out by the samples: with `gil_rate`, a sample is 1/rate s of
+    the GIL held and the rest of the CPU is a row of its own; else the samples share it all."""
     stacks = read_stacks(path)
     total = sum(n for _, n in stacks)
-    us = ms_per_trace * 1000 / total  # µs of CPU per trace that one sample stands for
+    # µs of CPU per trace that one sample stands for
+    us = ms_per_trace * 1000 / total if gil_rate is None else 1e6 / gil_rate / traces
     tier0 = sum(n for frames, n in stacks if any(TIER0 in f for f in frames))
     outside = [(frames, n) for frames, n in stacks if not any(TIER0 in f for f in frames)]
     print(
         f"{total:,} samples; tier 0 {tier0 / total:.1%} ({tier0 * us:.0f} µs a trace), "
-        f"outside it {(total - tier0) * us:.0f} µs a trace:"
+        f"outside it {ms_per_trace * 1000 - tier0 * us:.0f} µs a trace:"
     )
+    if gil_rate is not None:
+        without = ms_per_trace * 1000 - total * us
+        print(
+            f"  {without:7.1f} µs  {without / ms_per_trace / 1000:6.1%}  without the GIL "
+            "(SQLite in its threads, system calls)"
+        )
     parts: Counter[str] = Counter()
     for frames, n in outside:
         joined = "\n".join(frames)
         name = next((name for name, mark in PARTS if mark in joined), "other")
         parts[name] += n
     for name, n in parts.most_common():
-        print(f"  {n * us:7.1f} µs  {n / total:6.1%}  {name}")
+        print(f"  {n * us:7.1f} µs  {n * us / ms_per_trace / 1000:6.1%}  {name}")
     inclusive: Counter[str] = Counter()
     for frames, n in outside:
         for key in {_short(f) for f in frames[1:]}:  # frames[0] is the thread
@@ -103,7 +119,7 @@ def report(path: Path, ms_per_trace: float, top: int) -> None:
             break
 
 
-async def measure(bootstrap: str, count: int, out: Path, rate: int) -> float:
+async def measure(bootstrap: str, count: int, out: Path, rate: int, gil: bool) -> float:
     topics = Topics(bootstrap)
     await topics.create()
     natives = await as_native(_turns(count))
@@ -116,6 +132,7 @@ async def measure(bootstrap: str, count: int, out: Path, rate: int) -> float:
     def attach() -> None:
         command = [spy, "record", "-r", str(rate), "-f", "raw", "-o", str(out)]
         command += ["--pid", str(os.getpid()), "--threads", "--nonblocking"]
+        command += ["--gil"] if gil else []
         profiler.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
         time.sleep(0.5)  # py-spy attaches; the loop waits, so no trace goes unsampled
 
@@ -137,13 +154,20 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--out", type=Path, default=Path("scored.raw"))
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--all-threads", action="store_true", help="sample every running thread, not the GIL's"
+    )
     args = parser.parse_args()
     configure_logging("console", "warning")
     from tests.support.kafka_broker import KafkaBroker
 
     with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
-        ms = asyncio.run(measure(broker.bootstrap, args.scored, args.out.resolve(), args.rate))
-    report(args.out, ms, args.top)
+        ms = asyncio.run(
+            measure(
+                broker.bootstrap, args.scored, args.out.resolve(), args.rate, not args.all_threads
+            )
+        )
+    report(args.out, ms, args.top, None if args.all_threads else args.rate, args.scored)
 
 
 if __name__ == "__main__":
