@@ -71,10 +71,12 @@ def _kind(callback: Callable[..., Any]) -> str:
     name = getattr(callback, "__qualname__", None) or type(callback).__name__
     if type(callback).__name__ == "TaskStepMethWrapper" or name.endswith("__step"):
         return "task step"
-    if type(callback).__name__ == "TaskWakeupMethWrapper" or name.endswith("__wakeup"):
+    if name.endswith(("__wakeup", "task_wakeup")) or "Wakeup" in type(callback).__name__:
         return "task woken by its future"
-    owner = getattr(getattr(callback, "__self__", None), "__class__", None)
-    return f"{name}" if owner is None else f"{owner.__name__}.{name.rsplit('.', 1)[-1]}"
+    bound = getattr(callback, "__self__", None)
+    if bound is None:
+        return f"{getattr(callback, '__module__', '?')}.{name}"
+    return f"{type(bound).__name__}.{name.rsplit('.', 1)[-1]}"
 
 
 def _sqlite_threads_cpu() -> float:

@@ -232,7 +232,13 @@ class Upsert:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return tuple(self.row[c.name] for c in self.table.primary_key.columns)
+        return tuple([self.row[name] for name in key_names(self.table)])
+
+
+@functools.cache
+def key_names(table: Table) -> tuple[str, ...]:
+    """The names of a table's primary key columns (asked for every row written)."""
+    return tuple(c.name for c in table.primary_key.columns)
 
 
 @dataclass(frozen=True)
@@ -564,9 +570,9 @@ class Store:
     async def _upsert(
         self, conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]
     ) -> None:
-        keys = [c.name for c in table.primary_key.columns]
+        keys = key_names(table)
         # The same key twice in one statement is an error on PostgreSQL: keep the last.
-        unique = list({tuple(r[k] for k in keys): r for r in rows}.values())
+        unique = list({tuple([r[k] for k in keys]): r for r in rows}.values())
         if self._dialect == "sqlite":
             await self._sqlite_upsert(table).write(conn, unique)
             return
