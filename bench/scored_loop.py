@@ -90,6 +90,28 @@ def _sqlite_threads_cpu() -> float:
     return total
 
 
+class SqliteThreads:
+    """The CPU of the store's SQLite worker threads (their own clocks) from `start` until the
+    store closes (its connections, and with them the threads, end there)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._on = False
+        close = store_module.Store.close
+
+        async def close_counted(store: Any) -> None:
+            if self._on:
+                self.seconds += _sqlite_threads_cpu()
+                self._on = False
+            await close(store)
+
+        store_module.Store.close = close_counted  # type: ignore[method-assign]
+
+    def start(self) -> None:
+        self._on = True
+        self.seconds = -_sqlite_threads_cpu()
+
+
 def _operation(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
     """An aiosqlite call by its method and, for SQL, the statement's first words."""
     name = getattr(fn, "__name__", type(fn).__name__)
@@ -165,14 +187,6 @@ def instrument(counts: Counts) -> None:
         await commit(self, batch)
 
     store_module.Store._commit = counted_commit
-    close = store_module.Store.close
-
-    async def close_counted(self: Any) -> None:
-        if counts.on:  # the worker threads end with the store's connections
-            counts.sqlite_cpu += _sqlite_threads_cpu()
-        await close(self)
-
-    store_module.Store.close = close_counted
     execute = aiosqlite.Connection._execute
 
     async def timed_execute(self: Any, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -192,10 +206,11 @@ async def measure(bootstrap: str, count: int, results: bool) -> None:
     )
     counts = Counts()
     instrument(counts)
+    sqlite = SqliteThreads()
 
     def attach() -> None:
         counts.on = True
-        counts.sqlite_cpu = -_sqlite_threads_cpu()
+        sqlite.start()
 
     run = await scored(
         topics.settings([topics.scored_native]),
@@ -204,6 +219,7 @@ async def measure(bootstrap: str, count: int, results: bool) -> None:
         on_first_read=attach,
     )
     counts.on = False
+    counts.sqlite_cpu = sqlite.seconds
     print(f"scored native: {run.burst:,.0f} traces/s, {run.cpu_ms:.3f} ms of CPU a trace")
     report(counts, count)
 
