@@ -1,7 +1,8 @@
 """The store's SQLite upserts (`monitor/sinks/store_sqlite.py`): the rows it writes as tuples in
 one multi-row statement are stored exactly as SQLAlchemy's own compiled upsert stores them, and
 a group commit larger than one statement, with a row of another owner in it, is written whole
-but for that row's step. Real SQLite files.
+but for that row's step; the driver's errors are the store's or the data's as through
+SQLAlchemy. Real SQLite files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from monitor.sinks import store_sqlite
 from monitor.sinks.store import KeyConflict, Store, Upsert, metadata, results_table, turns_table
+from monitor.sinks.store_faults import classify
+from monitor.sinks.store_sqlite import SqliteUpsert
 
 MOMENT = datetime(2026, 11, 26, 9, 30, 15, 123456, tzinfo=UTC)
 
@@ -153,3 +156,31 @@ async def test_a_commit_of_several_statements_fails_only_the_step_of_another_own
     assert turns == {"taken": "A", **{f"t{n}": f"c{n}" for n in range(7)}}
     results = {row[0] for row in _stored(tmp_path / "r.db", results_table)}
     assert results == {f"t{n}" for n in range(7)}
+
+
+async def test_a_closed_driver_connection_is_the_store_s_fault_a_bad_text_the_data_s(
+    tmp_path: Path,
+) -> None:
+    """aiosqlite says its connection is closed with a ValueError, and a text SQLite cannot
+    encode is a UnicodeEncodeError (a ValueError too): the first is retried as the store's
+    fault, the second dead-letters its trace (`store_faults.classify`)."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'r.db'}"
+    async with await Store.open(url):
+        pass  # the schema
+    engine = create_async_engine(url)
+    upsert = SqliteUpsert.of(results_table, sqlite_insert(results_table), None, engine.dialect)
+    try:
+        async with engine.connect() as conn:
+            with pytest.raises(ValueError) as bad_text:
+                await upsert.write(conn, [_result("t1", query="\ud800")])
+            assert classify(bad_text.value) == "data"
+            assert await upsert.write(conn, [_result("t1"), _result("t2")]) == 2
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            await driver.close()
+            with pytest.raises(sqlite3.OperationalError) as closed:
+                await upsert.write(conn, [_result("t3")])
+            assert classify(closed.value) == "store"
+            await conn.invalidate()
+    finally:
+        await engine.dispose()

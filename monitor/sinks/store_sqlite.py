@@ -6,8 +6,9 @@ executemany steps SQLite once per row, each step releasing the GIL and taking it
 busy event loop. Here each table's upsert is compiled once to SQL text, each row becomes a
 tuple through the bind processors SQLAlchemy applies to its columns (so the stored values are
 the same), and a group commit's rows of a table go to the driver as one INSERT of many VALUES
-rows (`exec_driver_sql`, inside the store's transaction): one step, one statement text per row
-count (SQLite's statement cache keeps the recent ones).
+rows, on the store's transaction's own aiosqlite connection: one step, one statement text per
+row count (SQLite's statement cache keeps the recent ones), one hop to the driver's thread
+(through SQLAlchemy's cursor, three: `bench/scored_loop.py` counts them).
 
 A guarded upsert (`Upsert.owner`) has no RETURNING: the rows SQLite changed (the cursor's
 row count; a row left to another owner is not changed) are compared with the rows given, and
@@ -92,8 +93,7 @@ class SqliteUpsert:
             flat: list[Any] = []
             for row in chunk:
                 flat += self.parameters(row)
-            result = await conn.exec_driver_sql(self.text(len(chunk)), tuple(flat))
-            changed += int(result.rowcount)
+            changed += await _execute(conn, self.text(len(chunk)), flat)
         return changed
 
     async def write_guarded(
@@ -118,3 +118,23 @@ class SqliteUpsert:
             else key_columns[0].in_([k[0] for k in keys])
         )
         return {tuple(r[:-1]): r[-1] for r in await conn.execute(query)}
+
+
+async def _execute(conn: AsyncConnection, sql: str, parameters: list[Any]) -> int:
+    """Execute on the transaction's own driver connection (aiosqlite: one hop to its thread,
+    where SQLAlchemy's cursor takes three); the rows changed.
+
+    aiosqlite raises ValueError when its connection is closed, which SQLAlchemy's dialect turns
+    into an OperationalError: the store's fault, retried, never a data fault (`store_faults`).
+    A text SQLite cannot encode (UnicodeError) stays the data's fault."""
+    driver = (await conn.get_raw_connection()).driver_connection
+    if driver is None:
+        raise sqlite3.OperationalError("the SQLite connection is closed")
+    try:
+        cursor = await driver.execute(sql, parameters)
+    except ValueError as exc:
+        if isinstance(exc, UnicodeError):
+            raise
+        # not chained: `classify` would find the ValueError in the chain and blame the data
+        raise sqlite3.OperationalError(f"the SQLite connection is unusable: {exc}") from None
+    return int(cursor.rowcount)
