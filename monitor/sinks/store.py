@@ -52,6 +52,7 @@ from monitor.models import EvaluationResult
 from monitor.retry import Backoff, RetryMetrics, RetryPolicy
 from monitor.sinks.store_columns import SCORE_COLUMNS as SCORE_COLUMNS
 from monitor.sinks.store_faults import classify, read_only
+from monitor.sinks.store_sqlite import SqliteUpsert
 from monitor.windows import TimeBasis
 
 log = structlog.get_logger(__name__)
@@ -231,7 +232,13 @@ class Upsert:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return tuple(self.row[c.name] for c in self.table.primary_key.columns)
+        return tuple([self.row[name] for name in key_names(self.table)])
+
+
+@functools.cache
+def key_names(table: Table) -> tuple[str, ...]:
+    """The names of a table's primary key columns (asked for every row written)."""
+    return tuple(c.name for c in table.primary_key.columns)
 
 
 @dataclass(frozen=True)
@@ -304,6 +311,7 @@ class Store:
         self._engine = engine
         self._dialect = engine.dialect.name
         self._statements: dict[tuple[str, str | None], Any] = {}
+        self._sqlite: dict[tuple[str, str | None], SqliteUpsert] = {}
         self._batch_size = batch_size
         self._queue: list[_Pending] = []
         self._wakeup = asyncio.Event()
@@ -539,7 +547,7 @@ class Store:
             statement = self._statements[(table.name, owner)] = self._new_upsert(table, owner)
         return statement
 
-    def _new_upsert(self, table: Table, owner: str | None) -> Any:
+    def _new_upsert(self, table: Table, owner: str | None, returning: bool = True) -> Any:
         keys = [c.name for c in table.primary_key.columns]
         insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
         stmt = insert(table)
@@ -548,14 +556,26 @@ class Store:
             return stmt.on_conflict_do_update(index_elements=keys, set_=updated)
         where = table.c[owner] == stmt.excluded[owner]
         upsert = stmt.on_conflict_do_update(index_elements=keys, set_=updated, where=where)
-        return upsert.returning(*table.primary_key.columns)
+        return upsert.returning(*table.primary_key.columns) if returning else upsert
+
+    def _sqlite_upsert(self, table: Table, owner: str | None = None) -> SqliteUpsert:
+        """The table's upsert for SQLite's driver (`store_sqlite`), built once."""
+        upsert = self._sqlite.get((table.name, owner))
+        if upsert is None:
+            statement = self._new_upsert(table, owner, returning=False)
+            upsert = SqliteUpsert.of(table, statement, owner, self._engine.dialect)
+            self._sqlite[(table.name, owner)] = upsert
+        return upsert
 
     async def _upsert(
         self, conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]
     ) -> None:
-        keys = [c.name for c in table.primary_key.columns]
+        keys = key_names(table)
         # The same key twice in one statement is an error on PostgreSQL: keep the last.
-        unique = list({tuple(r[k] for k in keys): r for r in rows}.values())
+        unique = list({tuple([r[k] for k in keys]): r for r in rows}.values())
+        if self._dialect == "sqlite":
+            await self._sqlite_upsert(table).write(conn, unique)
+            return
         # executemany form: one cached compiled statement, batched by SQLAlchemy's
         # "insertmanyvalues"; .values(rows) compiled a new statement for every batch.
         await conn.execute(self._upsert_statement(table), unique)
@@ -567,6 +587,8 @@ class Store:
         of another owner is left alone, its key missing from the answer)."""
         table, owner = upserts[0].table, upserts[0].owner
         unique = list({u.key: u.row for u in upserts}.values())
+        if self._dialect == "sqlite":
+            return await self._sqlite_upsert(table, owner).write_guarded(conn, unique)
         stmt = self._upsert_statement(table, owner)
         return {tuple(row) for row in await conn.execute(stmt, unique)}
 
