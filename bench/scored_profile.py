@@ -1,13 +1,18 @@
-"""Where the native scored path's CPU goes, outside tier 0: py-spy on `bench/ingest.py`'s run.
+"""Where the scored path's CPU goes, outside tier 0: py-spy on `bench/ingest.py`'s run.
 
     (py-spy comes with the dev extra: pip install -e ".[dev]")
-    python bench/scored_profile.py [--scored 6000] [--rate 200] [--out scored.raw] [--top 25]
+    python bench/scored_profile.py [--input native|otlp] [--scored 6000] [--rate 200]
+        [--out scored.raw] [--top 25]
 
-Starts the test broker, produces ``--scored`` RAG turns as native JSON (three a conversation,
-as `bench/ingest.py` scores them), and runs the same scored measurement (default scoring
-stage, SQLite store, results topic, no judge) with py-spy attached to this process from the
-first message read to the last trace processed (``--nonblocking``: the daemon is not paused
-to be sampled). It prints the process's CPU per trace and shares it out by the samples:
+Starts the test broker, produces ``--scored`` RAG turns (three a conversation, as
+`bench/ingest.py` scores them) as native JSON, or with ``--input otlp`` as the OTLP protobuf
+exports `bench/ingest.py` writes (20 turns an export) read by a single replica
+(`kafka.single_replica`: split, assembled and scored in process), and runs the same scored
+measurement (default scoring stage, SQLite store, results topic, no judge) with py-spy
+attached to this process from the first message read to the last trace processed
+(``--nonblocking``: the daemon is not paused to be sampled). Both inputs score the same
+content, so the two reports side by side say what the OTLP stages add to a trace. It prints
+the process's CPU per trace and shares it out by the samples:
 tier 0 (any frame in ``monitor/evaluators/``), then, outside it, the parts of the path and
 the functions with the most inclusive time, in µs of CPU per trace. Samples of idle threads
 are not taken (py-spy's default), so the shares are of CPU, not of wall time. The raw stacks
@@ -32,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ingest import Topics, _turns, as_native  # noqa: E402
+from bench.ingest import Topics, _turns, as_native, otlp_exports  # noqa: E402
 from bench.pyspy_raw import stacks as read_stacks  # noqa: E402
 from bench.scored_rate import scored  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
@@ -47,6 +52,11 @@ PARTS = (
     ("store: SQLite in its thread", "_connection_worker_thread"),
     ("store: group commit on the loop", "monitor/sinks/store.py"),
     ("metrics of a result", "ScoringMetrics.record"),
+    ("OTLP: splitting exports", "monitor/formats/otlp_split.py"),
+    ("OTLP: decoding a release's spans", "decode_otlp"),
+    ("OTLP: mapping spans to a trace", "monitor/formats/otlp_mapping.py"),
+    ("OTLP: a release, the rest (digest, stamp)", "monitor/formats/otlp_release.py"),
+    ("OTLP: the assembler", "monitor/formats/assembly.py"),
     ("conversation: numbering, step, commit", "monitor/stages/conversation"),
     ("conversation: state read per batch", "monitor/sinks/conversations.py"),
     ("decoding and validation", "monitor/stages/offloaded.py"),
@@ -54,6 +64,8 @@ PARTS = (
     ("aiokafka's consumer", "aiokafka/consumer"),
     ("scoring stage, the rest", "monitor/stages/scoring.py"),
     ("score stage, the rest", "monitor/stages/score.py"),
+    ("OTLP: assemble stage, the rest", "monitor/stages/assemble.py"),
+    ("OTLP: re-key stage, the rest", "monitor/stages/rekey.py"),
     ("the event loop's select", "select (selectors.py"),
     ("this bench waiting for the counters", "bench/scored_rate.py"),
     ("daemon start-up (gc.freeze)", "_freeze_startup_heap"),
@@ -103,13 +115,19 @@ def report(path: Path, ms_per_trace: float, top: int) -> None:
             break
 
 
-async def measure(bootstrap: str, count: int, out: Path, rate: int) -> float:
+async def measure(bootstrap: str, count: int, out: Path, rate: int, otlp: bool = False) -> float:
     topics = Topics(bootstrap)
     await topics.create()
-    natives = await as_native(_turns(count))
-    await produce(
-        bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
-    )
+    turns = _turns(count)
+    if otlp:
+        await produce(bootstrap, topics.otlp, otlp_exports(turns))
+        settings = topics.settings([], otlp=True, single=True)
+    else:
+        natives = await as_native(turns)
+        await produce(
+            bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
+        )
+        settings = topics.settings([topics.scored_native])
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     profiler: list[subprocess.Popen[bytes]] = []
 
@@ -119,20 +137,19 @@ async def measure(bootstrap: str, count: int, out: Path, rate: int) -> float:
         profiler.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
         time.sleep(0.5)  # py-spy attaches; the loop waits, so no trace goes unsampled
 
-    run = await scored(
-        topics.settings([topics.scored_native]), count, topics.results, on_first_read=attach
-    )
+    run = await scored(settings, count, topics.results, on_first_read=attach)
     profiler[0].send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
     profiler[0].wait()
     print(
-        f"scored native: {run.burst:,.0f} traces/s, {run.cpu_ms:.3f} ms of this process's "
-        "CPU a trace"
+        f"scored {'OTLP, single replica' if otlp else 'native'}: {run.burst:,.0f} traces/s, "
+        f"{run.cpu_ms:.3f} ms of this process's CPU a trace"
     )
     return run.cpu_ms
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", choices=("native", "otlp"), default="native")
     parser.add_argument("--scored", type=int, default=6000, help="RAG turns scored")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--out", type=Path, default=Path("scored.raw"))
@@ -142,7 +159,11 @@ def main() -> None:
     from tests.support.kafka_broker import KafkaBroker
 
     with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
-        ms = asyncio.run(measure(broker.bootstrap, args.scored, args.out.resolve(), args.rate))
+        ms = asyncio.run(
+            measure(
+                broker.bootstrap, args.scored, args.out.resolve(), args.rate, args.input == "otlp"
+            )
+        )
     report(args.out, ms, args.top)
 
 
