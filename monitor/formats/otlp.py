@@ -196,24 +196,23 @@ def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord
         raise OtlpDecodeError("invalid_id", f"span_id must be {SPAN_ID_BYTES} non-zero bytes")
     if parent and len(parent) != SPAN_ID_BYTES:
         raise OtlpDecodeError("invalid_id", f"span parent_span_id must be {SPAN_ID_BYTES} bytes")
+    events = span.events
     return SpanRecord(
-        trace_id=trace_id.hex(),
-        span_id=span_id.hex(),
-        parent_span_id=parent.hex() if any(parent) else None,
-        name=span.name,
-        start_time_unix_nano=int(span.start_time_unix_nano),
-        end_time_unix_nano=int(span.end_time_unix_nano),
-        attributes=flatten_attributes(span.attributes),
-        resource_attributes=dict(resource),
-        events=tuple(
-            SpanEvent(
-                name=event.name,
-                time_unix_nano=int(event.time_unix_nano),
-                attributes=flatten_attributes(event.attributes),
-            )
-            for event in span.events
-        ),
-        kind=int(span.kind),
-        status_code=int(span.status.code),
-        scope_name=scope_name,
+        trace_id.hex(),
+        span_id.hex(),
+        parent.hex() if any(parent) else None,
+        span.name,
+        span.start_time_unix_nano,
+        span.end_time_unix_nano,
+        flatten_attributes(span.attributes),
+        resource,  # one dict for the resource's spans: read only
+        tuple(
+            SpanEvent(event.name, event.time_unix_nano, flatten_attributes(event.attributes))
+            for event in events
+        )
+        if events
+        else (),
+        span.kind,
+        span.status.code,
+        scope_name,
     )
