@@ -6,6 +6,7 @@ instrumented RAG service and the Collector's Kafka exporter would produce them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -157,6 +158,19 @@ def test_decodes_sdk_spans(fmt: Fmt) -> None:
     assert llm.parent_span_id == root.span_id
     assert llm.attributes["llm.token_count.prompt"] == 182
     assert isinstance(llm.attributes["llm.token_count.prompt"], int)
+
+
+def test_decoded_spans_are_the_records_their_constructor_makes() -> None:
+    """Decoding builds records through their slots (faster than a frozen dataclass's
+    __init__): every field in its place, the index unset, as the constructor would have it."""
+    app = App()
+    openinference_rag(app)
+    for span in decoded(app, "otlp_proto"):
+        values = {f.name: getattr(span, f.name) for f in dataclasses.fields(span) if f.init}
+        made = SpanRecord(**values)
+        assert made == span and repr(made) == repr(span)
+        assert span._index is None
+        assert span.indexed("llm.input_messages") == made.indexed("llm.input_messages")
 
 
 @pytest.mark.parametrize(("snake_case", "int_enums"), [(False, True), (True, False), (True, True)])

@@ -15,7 +15,7 @@ per trace is `monitor.formats.otlp_split`, collecting a trace's parts `monitor.f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -108,6 +108,19 @@ class SpanRecord:
         return self._index.get(prefix, [])
 
 
+# A frozen dataclass's __init__ sets every field through object.__setattr__: 2.6 µs for a
+# SpanRecord, against 1.2 µs through its slots' own setters. Decoding builds every span, so it
+# builds them this way; the fields are the same, in declaration order (`_index` last, None).
+_RECORD_SETTERS = tuple(getattr(SpanRecord, f.name).__set__ for f in fields(SpanRecord))
+
+
+def _new_record(*values: Any) -> SpanRecord:
+    record = object.__new__(SpanRecord)
+    for setter, value in zip(_RECORD_SETTERS, values, strict=True):
+        setter(record, value)
+    return record
+
+
 def detect_format(data: bytes) -> Literal["native", "otlp_json", "otlp_proto"]:
     """Guess a message's format for the `auto` input mode from its first bytes; never raises.
 
@@ -197,7 +210,7 @@ def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord
     if parent and len(parent) != SPAN_ID_BYTES:
         raise OtlpDecodeError("invalid_id", f"span parent_span_id must be {SPAN_ID_BYTES} bytes")
     events = span.events
-    return SpanRecord(
+    return _new_record(
         trace_id.hex(),
         span_id.hex(),
         parent.hex() if any(parent) else None,
@@ -215,4 +228,5 @@ def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord
         span.kind,
         span.status.code,
         scope_name,
+        None,  # _index
     )
