@@ -1,7 +1,7 @@
 """CPU of the OTLP stages per trace, in process and without Kafka or scoring: the re-key stage
 splitting exports, the assemble stage assembling and mapping the traces.
 
-    python bench/otlp_stage.py [--traces 3000] [--rounds 3] [--tree DIR ...]
+    python bench/otlp_stage.py [--traces 3000] [--rounds 3] [--tree DIR ...] [--steps]
 
 Two paths, each in a fresh process per round (``time.process_time`` per trace):
 
@@ -33,6 +33,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PATHS = ("single", "topics")
+STEPS = ("split", "decode", "map")
+STEP_REPEATS = 5  # each step's timing in a worker: the best of these passes
 
 
 def worker(path: str, traces: int) -> dict[str, Any]:
@@ -116,18 +118,84 @@ def worker(path: str, traces: int) -> dict[str, Any]:
     return {"us_per_trace": cpu * 1e6 / traces}
 
 
+def steps_worker(traces: int) -> dict[str, float]:
+    """µs per trace of each step (`STEPS`) in this process, the best of `STEP_REPEATS` passes."""
+    import gc
+
+    sys.path.insert(1, str(REPO))
+    from bench.ingest import _turns, otlp_exports
+    from monitor.formats.otlp import decode_otlp, spans_to_trace
+    from monitor.formats.otlp_split import split_by_trace
+
+    exports = otlp_exports(_turns(traces))
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+
+    def best(work: Any) -> tuple[float, Any]:
+        fastest, result = float("inf"), None
+        for _ in range(STEP_REPEATS):
+            started = time.process_time()
+            result = work()
+            fastest = min(fastest, time.process_time() - started)
+        return fastest * 1e6 / traces, result
+
+    split, splits = best(lambda: [split_by_trace(e, "otlp_proto") for e in exports])
+    parts = [part.data for done in splits for part in done.parts]
+    decode, _ = best(lambda: [decode_otlp(p, "otlp_proto") for p in parts])
+    both, traced = best(lambda: [spans_to_trace(decode_otlp(p, "otlp_proto")) for p in parts])
+    assert len(traced) == traces and all(t is not None for t in traced)
+    return {"split": split, "decode": decode, "map": both - decode}
+
+
+def steps(trees: list[Path], traces: int, rounds: int) -> None:
+    found: dict[Path, list[dict[str, float]]] = {}
+    for _ in range(rounds):
+        for tree in trees:
+            done = subprocess.run(
+                [sys.executable, __file__, "--worker", "steps", "--traces", str(traces)],
+                env={**os.environ, "RAGMON_BENCH_TREE": str(tree)},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            found.setdefault(tree, []).append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(
+        f"CPU per trace of each OTLP step (µs), {traces:,} traces, the minimum of {rounds} "
+        "processes, garbage collector off"
+    )
+    least = {
+        tree: {step: min(r[step] for r in runs) for step in STEPS} for tree, runs in found.items()
+    }
+    for tree, figures in least.items():
+        cells = "  ".join(f"{step} {figures[step]:6.1f}" for step in STEPS)
+        print(f"  {str(tree)[-40:]:<40} {cells}  total {sum(figures.values()):6.1f}")
+    for tree in trees[:-1]:
+        ratio = sum(least[REPO].values()) / sum(least[tree].values())
+        print(f"  total, this tree / {tree.name}: {ratio:.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tree", type=Path, action="append", default=[])
-    parser.add_argument("--worker", choices=PATHS, help="run one path here (for a profiler)")
+    parser.add_argument("--steps", action="store_true", help="time each step alone")
+    parser.add_argument(
+        "--worker", choices=(*PATHS, "steps"), help="run one path here (for a profiler)"
+    )
     args = parser.parse_args()
     if args.worker:
         sys.path.insert(0, os.environ.get("RAGMON_BENCH_TREE") or str(REPO))
-        print(json.dumps(worker(args.worker, args.traces)))
+        if args.worker == "steps":
+            print(json.dumps(steps_worker(args.traces)))
+        else:
+            print(json.dumps(worker(args.worker, args.traces)))
         return 0
     trees = [*(tree.resolve() for tree in args.tree), REPO]
+    if args.steps:
+        steps(trees, args.traces, args.rounds)
+        return 0
     found: dict[tuple[Path, str], list[float]] = {}
     for _ in range(args.rounds):
         for path in PATHS:

@@ -1,14 +1,18 @@
-"""Where the native scored path's CPU goes, outside tier 0: py-spy on `bench/ingest.py`'s run.
+"""Where the scored path's CPU goes, outside tier 0: py-spy on `bench/ingest.py`'s run.
 
     (py-spy comes with the dev extra: pip install -e ".[dev]")
-    python bench/scored_profile.py [--scored 6000] [--rate 200] [--out scored.raw] [--top 25]
-        [--all-threads]
+    python bench/scored_profile.py [--input native|otlp] [--scored 6000] [--rate 200]
+        [--out scored.raw] [--top 25] [--all-threads]
 
-Starts the test broker, produces ``--scored`` RAG turns as native JSON (three a conversation,
-as `bench/ingest.py` scores them), and runs the same scored measurement (default scoring
-stage, SQLite store, results topic, no judge) with py-spy attached to this process from the
-first message read to the last trace processed (``--nonblocking``: the daemon is not paused
-to be sampled). It prints the process's CPU per trace and shares it out by the samples:
+Starts the test broker, produces ``--scored`` RAG turns (three a conversation, as
+`bench/ingest.py` scores them) as native JSON, or with ``--input otlp`` as the OTLP protobuf
+exports `bench/ingest.py` writes (20 turns an export) read by a single replica
+(`kafka.single_replica`: split, assembled and scored in process), and runs the same scored
+measurement (default scoring stage, SQLite store, results topic, no judge) with py-spy
+attached to this process from the first message read to the last trace processed
+(``--nonblocking``: the daemon is not paused to be sampled). Both inputs score the same
+content, so the two reports side by side say what the OTLP stages add to a trace. It prints
+the process's CPU per trace and shares it out by the samples:
 tier 0 (any frame in ``monitor/evaluators/``), then, outside it, the parts of the path and
 the functions with the most inclusive time, in µs of CPU per trace. The raw stacks stay in
 ``--out`` for a flame graph (``flamegraph.pl``, speedscope).
@@ -40,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ingest import Topics, _turns, as_native  # noqa: E402
+from bench.ingest import Topics, _turns, as_native, otlp_exports  # noqa: E402
 from bench.pyspy_raw import stacks as read_stacks  # noqa: E402
 from bench.scored_loop import SqliteThreads  # noqa: E402
 from bench.scored_rate import scored  # noqa: E402
@@ -60,6 +64,11 @@ PARTS = (
     ("store: group commit on the loop", "sqlalchemy/"),
     ("store: group commit on the loop", "aiosqlite/"),
     ("metrics of a result", "ScoringMetrics.record"),
+    ("OTLP: splitting exports", "monitor/formats/otlp_split.py"),
+    ("OTLP: decoding a release's spans", "decode_otlp"),
+    ("OTLP: mapping spans to a trace", "monitor/formats/otlp_mapping.py"),
+    ("OTLP: a release, the rest (digest, stamp)", "monitor/formats/otlp_release.py"),
+    ("OTLP: the assembler", "monitor/formats/assembly.py"),
     ("conversation: numbering, step, commit", "monitor/stages/conversation"),
     ("conversation: state read per batch", "monitor/sinks/conversations.py"),
     ("decoding and validation", "monitor/stages/offloaded.py"),
@@ -67,6 +76,8 @@ PARTS = (
     ("aiokafka's consumer", "aiokafka/consumer"),
     ("scoring stage, the rest", "monitor/stages/scoring.py"),
     ("score stage, the rest", "monitor/stages/score.py"),
+    ("OTLP: assemble stage, the rest", "monitor/stages/assemble.py"),
+    ("OTLP: re-key stage, the rest", "monitor/stages/rekey.py"),
     ("the event loop's select", "select (selectors.py"),
     ("this bench waiting for the counters", "bench/scored_rate.py"),
     ("daemon start-up (gc.freeze)", "_freeze_startup_heap"),
@@ -127,15 +138,21 @@ def report(path: Path, ms_per_trace: float, top: int, sqlite_us: float | None) -
 
 
 async def measure(
-    bootstrap: str, count: int, out: Path, rate: int, gil: bool
+    bootstrap: str, count: int, out: Path, rate: int, gil: bool, otlp: bool = False
 ) -> tuple[float, float]:
     """The run's CPU per trace (ms) and its SQLite threads' (µs)."""
     topics = Topics(bootstrap)
     await topics.create()
-    natives = await as_native(_turns(count))
-    await produce(
-        bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
-    )
+    turns = _turns(count)
+    if otlp:
+        await produce(bootstrap, topics.otlp, otlp_exports(turns))
+        settings = topics.settings([], otlp=True, single=True)
+    else:
+        natives = await as_native(turns)
+        await produce(
+            bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
+        )
+        settings = topics.settings([topics.scored_native])
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     profiler: list[subprocess.Popen[bytes]] = []
     sqlite = SqliteThreads()
@@ -148,20 +165,19 @@ async def measure(
         profiler.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
         time.sleep(0.5)  # py-spy attaches; the loop waits, so no trace goes unsampled
 
-    run = await scored(
-        topics.settings([topics.scored_native]), count, topics.results, on_first_read=attach
-    )
+    run = await scored(settings, count, topics.results, on_first_read=attach)
     profiler[0].send_signal(signal.SIGINT)  # py-spy writes what it recorded and exits
     profiler[0].wait()
     print(
-        f"scored native: {run.burst:,.0f} traces/s, {run.cpu_ms:.3f} ms of this process's "
-        "CPU a trace"
+        f"scored {'OTLP, single replica' if otlp else 'native'}: {run.burst:,.0f} traces/s, "
+        f"{run.cpu_ms:.3f} ms of this process's CPU a trace"
     )
     return run.cpu_ms, sqlite.seconds * 1e6 / count
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", choices=("native", "otlp"), default="native")
     parser.add_argument("--scored", type=int, default=6000, help="RAG turns scored")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--out", type=Path, default=Path("scored.raw"))
@@ -176,7 +192,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
         ms, sqlite_us = asyncio.run(
             measure(
-                broker.bootstrap, args.scored, args.out.resolve(), args.rate, not args.all_threads
+                broker.bootstrap,
+                args.scored,
+                args.out.resolve(),
+                args.rate,
+                gil=not args.all_threads,
+                otlp=args.input == "otlp",
             )
         )
     print(f"SQLite's worker threads: {sqlite_us:.1f} µs of CPU a trace (their clocks)")

@@ -6,6 +6,7 @@ instrumented RAG service and the Collector's Kafka exporter would produce them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -157,6 +158,19 @@ def test_decodes_sdk_spans(fmt: Fmt) -> None:
     assert llm.parent_span_id == root.span_id
     assert llm.attributes["llm.token_count.prompt"] == 182
     assert isinstance(llm.attributes["llm.token_count.prompt"], int)
+
+
+def test_decoded_spans_are_the_records_their_constructor_makes() -> None:
+    """Decoding builds records through their slots (faster than a frozen dataclass's
+    __init__): every field in its place, the index unset, as the constructor would have it."""
+    app = App()
+    openinference_rag(app)
+    for span in decoded(app, "otlp_proto"):
+        values = {f.name: getattr(span, f.name) for f in dataclasses.fields(span) if f.init}
+        made = SpanRecord(**values)
+        assert made == span and repr(made) == repr(span)
+        assert span._index is None
+        assert span.indexed("llm.input_messages") == made.indexed("llm.input_messages")
 
 
 @pytest.mark.parametrize(("snake_case", "int_enums"), [(False, True), (True, False), (True, True)])
@@ -736,6 +750,62 @@ def test_one_message_of_several_traces_splits_into_one_part_each(fmt: Fmt) -> No
         assert part.span_count == len(alone)
         back = encode_request(part.data, fmt)
         assert decode_otlp(back, fmt) == alone, "a dead letter is readable in the input's format"
+
+
+def test_a_part_keeps_each_span_under_its_own_resource_and_scope_with_their_schema_urls() -> None:
+    """Parts are written on the wire from the export's bytes: each must be the request that
+    copying its spans, their resources and scopes (schema URLs, versions, attributes) into a
+    new export gives."""
+    request = encode_spans(openinference_rag_spans())
+    template = request.resource_spans[0].scope_spans[0].spans
+    other_trace = bytes(range(1, 17))
+    for r in range(2):
+        resource_spans = request.resource_spans.add() if r else request.resource_spans[0]
+        resource_spans.resource.attributes.add(key="service.name").value.string_value = f"s{r}"
+        resource_spans.schema_url = f"https://example.com/resource/{r}"
+        for s in range(2):
+            scope_spans = (
+                resource_spans.scope_spans.add() if r or s else resource_spans.scope_spans[0]
+            )
+            scope_spans.scope.name, scope_spans.scope.version = f"scope-{r}-{s}", "1.2"
+            scope_spans.schema_url = "" if s else f"https://example.com/scope/{r}"
+            if r or s:
+                scope_spans.spans.extend(template)
+            scope_spans.spans.append(template[0])
+            scope_spans.spans[-1].trace_id = other_trace
+            scope_spans.spans[-1].span_id = bytes([r + 1, s + 1, 3, 4, 5, 6, 7, 8])
+    parts = split_by_trace(request.SerializeToString(), "otlp_proto").parts
+    assert len(parts) == 2
+    for part in parts:
+        expected = type(request)()
+        for resource_spans in request.resource_spans:
+            kept = expected.resource_spans.add()
+            kept.resource.CopyFrom(resource_spans.resource)
+            kept.schema_url = resource_spans.schema_url
+            for scope_spans in resource_spans.scope_spans:
+                scope = kept.scope_spans.add()
+                scope.scope.CopyFrom(scope_spans.scope)
+                scope.schema_url = scope_spans.schema_url
+                scope.spans.extend(
+                    span for span in scope_spans.spans if span.trace_id.hex() == part.trace_id
+                )
+        assert type(request).FromString(part.data) == expected
+
+
+def test_both_signals_number_resources_scopes_and_items_as_the_split_writes_them() -> None:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    for request_type in (ExportTraceServiceRequest, ExportLogsServiceRequest):
+        (resources,) = request_type.DESCRIPTOR.fields
+        assert resources.number == 1
+        numbers = {f.number: f for f in resources.message_type.fields}
+        assert numbers[1].name == "resource" and numbers[3].name == "schema_url"
+        scope_fields = {f.number: f.name for f in numbers[2].message_type.fields}
+        assert scope_fields[1] == "scope" and scope_fields[3] == "schema_url"
+        assert scope_fields[2] in ("spans", "log_records")
 
 
 def test_a_span_less_export_splits_into_nothing() -> None:

@@ -15,7 +15,7 @@ per trace is `monitor.formats.otlp_split`, collecting a trace's parts `monitor.f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -108,6 +108,19 @@ class SpanRecord:
         return self._index.get(prefix, [])
 
 
+# A frozen dataclass's __init__ sets every field through object.__setattr__: 2.6 µs for a
+# SpanRecord, against 1.2 µs through its slots' own setters. Decoding builds every span, so it
+# builds them this way; the fields are the same, in declaration order (`_index` last, None).
+_RECORD_SETTERS = tuple(getattr(SpanRecord, f.name).__set__ for f in fields(SpanRecord))
+
+
+def _new_record(*values: Any) -> SpanRecord:
+    record = object.__new__(SpanRecord)
+    for setter, value in zip(_RECORD_SETTERS, values, strict=True):
+        setter(record, value)
+    return record
+
+
 def detect_format(data: bytes) -> Literal["native", "otlp_json", "otlp_proto"]:
     """Guess a message's format for the `auto` input mode from its first bytes; never raises.
 
@@ -196,24 +209,24 @@ def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord
         raise OtlpDecodeError("invalid_id", f"span_id must be {SPAN_ID_BYTES} non-zero bytes")
     if parent and len(parent) != SPAN_ID_BYTES:
         raise OtlpDecodeError("invalid_id", f"span parent_span_id must be {SPAN_ID_BYTES} bytes")
-    return SpanRecord(
-        trace_id=trace_id.hex(),
-        span_id=span_id.hex(),
-        parent_span_id=parent.hex() if any(parent) else None,
-        name=span.name,
-        start_time_unix_nano=int(span.start_time_unix_nano),
-        end_time_unix_nano=int(span.end_time_unix_nano),
-        attributes=flatten_attributes(span.attributes),
-        resource_attributes=dict(resource),
-        events=tuple(
-            SpanEvent(
-                name=event.name,
-                time_unix_nano=int(event.time_unix_nano),
-                attributes=flatten_attributes(event.attributes),
-            )
-            for event in span.events
-        ),
-        kind=int(span.kind),
-        status_code=int(span.status.code),
-        scope_name=scope_name,
+    events = span.events
+    return _new_record(
+        trace_id.hex(),
+        span_id.hex(),
+        parent.hex() if any(parent) else None,
+        span.name,
+        span.start_time_unix_nano,
+        span.end_time_unix_nano,
+        flatten_attributes(span.attributes),
+        resource,  # one dict for the resource's spans: read only
+        tuple(
+            SpanEvent(event.name, event.time_unix_nano, flatten_attributes(event.attributes))
+            for event in events
+        )
+        if events
+        else (),
+        span.kind,
+        span.status.code,
+        scope_name,
+        None,  # _index
     )

@@ -16,10 +16,9 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -29,6 +28,7 @@ from monitor.formats.otlp import OtlpDecodeError, OtlpFormat, parse_request
 from monitor.formats.otlp_conventions import mapped_event_names
 from monitor.formats.otlp_logs import log_event, parse_logs_request
 from monitor.formats.otlp_salvage import encode_rejected, salvage, span_problem
+from monitor.formats.otlp_wire import length_delimited
 
 __all__ = [
     "LogsPart",
@@ -120,15 +120,12 @@ def _parts(
     groups: dict[bytes, list[tuple[int, int, Span]]] = {}
     for r, s, span in spans:
         groups.setdefault(bytes(span.trace_id), []).append((r, s, span))
-    single = len(groups) == 1 and whole is not None
+    if len(groups) == 1 and whole is not None:
+        ((trace_id, grouped),) = groups.items()
+        return [TracePart(trace_id.hex(), whole, tuple(_shape(span) for _, _, span in grouped))]
+    subset = _Subsets(request, _SPANS)
     return [
-        TracePart(
-            trace_id.hex(),
-            whole
-            if single and whole is not None
-            else _subset(request, grouped, _SPANS).SerializeToString(),
-            tuple(_shape(span) for _, _, span in grouped),
-        )
+        TracePart(trace_id.hex(), subset.of(grouped), tuple(_shape(span) for _, _, span in grouped))
         for trace_id, grouped in groups.items()
     ]
 
@@ -142,36 +139,58 @@ def _shape(span: Span) -> SpanShape:
     )
 
 
-# Where an export request keeps its resources, their scopes and the scopes' items.
+# Where an export request keeps its resources, their scopes and the scopes' items. Both
+# signals number them alike: request.resources = 1; resource = 1, scopes = 2, schema_url = 3;
+# scope = 1, items = 2, schema_url = 3 (tests/test_otlp_split.py checks the descriptors).
 _SPANS = ("resource_spans", "scope_spans", "spans")
 _LOGS = ("resource_logs", "scope_logs", "log_records")
-_Request = TypeVar("_Request", ExportTraceServiceRequest, ExportLogsServiceRequest)
+_RESOURCES = _RESOURCE = _SCOPE = 1
+_SCOPES = _ITEMS = 2
+_SCHEMA_URL = 3
 
 
-def _subset(
-    request: _Request, items: list[tuple[int, int, Any]], fields: tuple[str, str, str]
-) -> _Request:
-    """A request holding only these spans or log records, each under a copy of its resource
-    and scope (`fields`: `_SPANS` or `_LOGS`)."""
-    resources_field, scopes_field, items_field = fields
-    out = type(request)()
-    resources: dict[int, Any] = {}
-    scopes: dict[tuple[int, int], Any] = {}
-    for r, s, item in items:
-        scope = scopes.get((r, s))
-        if scope is None:
-            source = getattr(request, resources_field)[r]
-            resource = resources.get(r)
-            if resource is None:
-                resource = resources[r] = getattr(out, resources_field).add()
-                resource.resource.CopyFrom(source.resource)
-                resource.schema_url = source.schema_url
-            source_scope = getattr(source, scopes_field)[s]
-            scope = scopes[(r, s)] = getattr(resource, scopes_field).add()
-            scope.scope.CopyFrom(source_scope.scope)
-            scope.schema_url = source_scope.schema_url
-        getattr(scope, items_field).append(item)
-    return out
+class _Subsets:
+    """Export requests holding some of one request's spans or log records, each under its
+    resource and scope (`fields`: `_SPANS` or `_LOGS`), written on the wire from the parts'
+    own bytes: the same message as copying them into a new request, without the copies."""
+
+    def __init__(self, request: Any, fields: tuple[str, str, str]) -> None:
+        self._request = request
+        self._fields = fields
+        self._heads: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+
+    def of(self, items: list[tuple[int, int, Any]]) -> bytes:
+        """The request of `items` ((resource index, scope index, span or log record))."""
+        scopes: dict[int, dict[int, list[bytes]]] = {}
+        for r, s, item in items:
+            scopes.setdefault(r, {}).setdefault(s, []).append(
+                length_delimited(_ITEMS, item.SerializeToString())
+            )
+        resources = []
+        for r, by_scope in scopes.items():
+            body = [self._head(r, -1)[0]]
+            for s, encoded in by_scope.items():
+                head, tail = self._head(r, s)
+                body.append(length_delimited(_SCOPES, b"".join([head, *encoded, tail])))
+            body.append(self._head(r, -1)[1])
+            resources.append(length_delimited(_RESOURCES, b"".join(body)))
+        return b"".join(resources)
+
+    def _head(self, r: int, s: int) -> tuple[bytes, bytes]:
+        """What comes before and after the scopes of resource `r` (s = -1) or the items of its
+        scope `s`: the resource or scope, then its schema URL."""
+        found = self._heads.get((r, s))
+        if found is None:
+            resources_field, scopes_field, _ = self._fields
+            source = getattr(self._request, resources_field)[r]
+            if s >= 0:
+                source = getattr(source, scopes_field)[s]
+            inner = source.resource if s < 0 else source.scope
+            head = length_delimited(_RESOURCE if s < 0 else _SCOPE, inner.SerializeToString())
+            url = source.schema_url
+            tail = length_delimited(_SCHEMA_URL, url.encode("utf-8")) if url else b""
+            found = self._heads[(r, s)] = (head, tail)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +218,9 @@ def split_logs_by_trace(data: bytes, fmt: OtlpFormat) -> list[LogsPart]:
                 event = log_event(record)
                 if event is not None and event.name in MAPPED_EVENTS:
                     groups.setdefault(event.trace_id, []).append((r, s, record))
+    subset = _Subsets(request, _LOGS)
     return [
-        LogsPart(trace_id, _subset(request, records, _LOGS).SerializeToString(), len(records))
-        for trace_id, records in groups.items()
+        LogsPart(trace_id, subset.of(records), len(records)) for trace_id, records in groups.items()
     ]
 
 

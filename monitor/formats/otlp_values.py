@@ -78,7 +78,14 @@ def attribute_index(attributes: Mapping[str, Any]) -> dict[str, list[dict[str, A
     index: dict[str, dict[int, dict[str, Any]]] = {}
     for key, value in attributes.items():
         for prefix, n, rest in _key_groups(key):
-            index.setdefault(prefix, {}).setdefault(n, {})[rest] = value
+            # get before set: setdefault would build two throwaway dicts for every key
+            groups = index.get(prefix)
+            if groups is None:
+                groups = index[prefix] = {}
+            group = groups.get(n)
+            if group is None:
+                group = groups[n] = {}
+            group[rest] = value
     return {prefix: [groups[i] for i in sorted(groups)] for prefix, groups in index.items()}
 
 

@@ -137,12 +137,17 @@ def flatten_attributes(pairs: Any) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for pair in pairs:
         kv: KeyValue = pair
-        result[kv.key] = any_value(kv.value)
+        value = kv.value
+        which = value.WhichOneof("value")
+        # most attributes are strings: read them here, without a call for each
+        result[kv.key] = value.string_value if which == "string_value" else any_value(value, which)
     return result
 
 
-def any_value(value: AnyValue) -> Any:
-    which = value.WhichOneof("value")
+def any_value(value: AnyValue, which: str | None = "") -> Any:
+    """An AnyValue as Python (`which`: its `WhichOneof("value")`, when already read)."""
+    if which == "":
+        which = value.WhichOneof("value")
     if which == "string_value":
         return value.string_value
     if which == "bool_value":
