@@ -52,7 +52,7 @@ from monitor.models import EvaluationResult
 from monitor.retry import Backoff, RetryMetrics, RetryPolicy
 from monitor.sinks.store_columns import SCORE_COLUMNS as SCORE_COLUMNS
 from monitor.sinks.store_faults import classify, read_only
-from monitor.sinks.store_sqlite import SqliteUpsert
+from monitor.sinks.store_sqlite import SqliteUpsert, key_names
 from monitor.windows import TimeBasis
 
 log = structlog.get_logger(__name__)
@@ -233,12 +233,6 @@ class Upsert:
     @property
     def key(self) -> tuple[Any, ...]:
         return tuple([self.row[name] for name in key_names(self.table)])
-
-
-@functools.cache
-def key_names(table: Table) -> tuple[str, ...]:
-    """The names of a table's primary key columns (asked for every row written)."""
-    return tuple(c.name for c in table.primary_key.columns)
 
 
 @dataclass(frozen=True)
@@ -548,7 +542,7 @@ class Store:
         return statement
 
     def _new_upsert(self, table: Table, owner: str | None, returning: bool = True) -> Any:
-        keys = [c.name for c in table.primary_key.columns]
+        keys = list(key_names(table))
         insert = pg_insert if self._dialect == "postgresql" else sqlite_insert
         stmt = insert(table)
         updated = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}

@@ -18,6 +18,7 @@ which.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,12 @@ from sqlalchemy.sql.dml import Insert
 Key = tuple[Any, ...]
 # SQLite's bound on a statement's parameters (SQLITE_MAX_VARIABLE_NUMBER's default).
 MAX_PARAMETERS = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+
+
+@functools.cache
+def key_names(table: Table) -> tuple[str, ...]:
+    """The names of a table's primary key columns (asked for every row written)."""
+    return tuple(c.name for c in table.primary_key.columns)
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,7 @@ class SqliteUpsert:
             process = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
             if process is not None:
                 processors.append((position, process))
-        keys = tuple(c.name for c in table.primary_key.columns)
-        upsert = cls(table, str(compiled), columns, tuple(processors), keys, owner)
+        upsert = cls(table, str(compiled), columns, tuple(processors), key_names(table), owner)
         if upsert.sql.count(upsert._one_row) != 1:
             raise ValueError(f"{table.name}: the upsert's VALUES row was not found")
         return upsert
