@@ -36,9 +36,9 @@ from monitor.estimates.estimator import (
 from monitor.models import EvaluationResult
 from monitor.sinks.store import Store
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics, produce, read_all
+from tests.support.kafka_io import create_topics, read_all
 from tests.support.openai_server import OpenAIServer
-from tests.support.traces import RunningDaemon, encode, scoring_settings, wait_for
+from tests.support.traces import RunningDaemon, produce_traces, scoring_settings, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -110,12 +110,7 @@ async def run_daemon(
         await running.started()
 
         async def send(batch: list[dict[str, Any]]) -> None:
-            await produce(
-                broker.bootstrap,
-                topics[0],
-                [encode(t) for t in batch],
-                keys=[t["conversation_id"].encode() for t in batch],
-            )
+            await produce_traces(broker.bootstrap, topics[0], batch)
 
         def judged() -> float:
             return sum(

@@ -16,7 +16,14 @@ from monitor.sinks.store import Store
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce, read_all
 from tests.support.openai_server import OpenAIServer
-from tests.support.traces import RunningDaemon, encode, native_trace, scoring_settings, wait_for
+from tests.support.traces import (
+    RunningDaemon,
+    encode,
+    native_trace,
+    produce_traces,
+    scoring_settings,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -189,12 +196,7 @@ async def test_a_judged_turn_result_carries_the_turn_judges_tokens(
         daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
         running = RunningDaemon(daemon)
         await running.started()
-        await produce(
-            kafka_broker.bootstrap,
-            topics[0],
-            [encode(t) for t in traces],
-            keys=[t["conversation_id"].encode() for t in traces],
-        )
+        await produce_traces(kafka_broker.bootstrap, topics[0], traces)
         store = await Store.open(f"sqlite+aiosqlite:///{db}")
         try:
 

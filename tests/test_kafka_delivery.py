@@ -12,7 +12,14 @@ from monitor.models import Trace
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import committed_offsets, create_topics, produce, read_all
 from tests.support.recorder import SlowRecorder
-from tests.support.traces import RunningDaemon, daemon_settings, encode, native_trace, wait_for
+from tests.support.traces import (
+    RunningDaemon,
+    daemon_settings,
+    encode,
+    native_trace,
+    produce_traces,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -30,12 +37,7 @@ async def test_every_trace_is_processed_and_offsets_reach_the_end(
     await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.in"], partitions=3)
     await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.dlq"])
     traces = [native_trace(i) for i in range(300)]
-    await produce(
-        kafka_broker.bootstrap,
-        f"{topic_prefix}.in",
-        [encode(t) for t in traces],
-        keys=[t["conversation_id"].encode() for t in traces],
-    )
+    await produce_traces(kafka_broker.bootstrap, f"{topic_prefix}.in", traces)
     stage = SlowRecorder()
     running = RunningDaemon(_daemon(kafka_broker, topic_prefix, stage))
     await running.started()
@@ -57,12 +59,7 @@ async def test_a_crash_mid_batch_loses_nothing_and_commits_never_pass_unfinished
     await create_topics(kafka_broker.bootstrap, [topic], partitions=2)
     await create_topics(kafka_broker.bootstrap, [f"{topic_prefix}.dlq"])
     traces = [native_trace(i) for i in range(400)]
-    await produce(
-        kafka_broker.bootstrap,
-        topic,
-        [encode(t) for t in traces],
-        keys=[t["conversation_id"].encode() for t in traces],
-    )
+    await produce_traces(kafka_broker.bootstrap, topic, traces)
     offset_of: dict[tuple[int, int], str] = {}
     for record in await read_all(kafka_broker.bootstrap, topic, expected=400):
         offset_of[(record.partition, record.offset)] = Trace.model_validate_json(

@@ -22,9 +22,9 @@ from monitor.estimates.estimator import TERMS, Terms, uniform
 from monitor.evaluators.sampler import unit_hash
 from monitor.sinks.store import Store
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics, produce
+from tests.support.kafka_io import create_topics
 from tests.support.openai_server import OpenAIServer
-from tests.support.traces import RunningDaemon, encode, scoring_settings, wait_for
+from tests.support.traces import RunningDaemon, produce_traces, scoring_settings, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -82,12 +82,7 @@ async def test_a_quiet_agent_is_drawn_to_its_floor_and_its_estimate_stands_on_it
         value = daemon.metrics.registry.get_sample_value
         running = RunningDaemon(daemon)
         await running.started()
-        await produce(
-            kafka_broker.bootstrap,
-            topics[0],
-            [encode(t) for t in traces],
-            keys=[t["conversation_id"].encode() for t in traces],
-        )
+        await produce_traces(kafka_broker.bootstrap, topics[0], traces)
 
         def count(name: str, agent: str, **labels: str) -> float:
             return value(name, {"agent": agent, **labels}) or 0.0

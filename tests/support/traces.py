@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
 from monitor.models import Context, Trace
-from tests.support.kafka_io import create_topics
+from tests.support.kafka_io import create_topics, produce
 
 FIXED_TIME = datetime(2026, 11, 26, tzinfo=UTC)
 
@@ -101,6 +101,16 @@ def judge_trace(n: int = 1, **overrides: Any) -> Trace:
     }
     data.update(overrides)
     return Trace.model_validate(data)
+
+
+async def produce_traces(bootstrap: str, topic: str, traces: Sequence[dict[str, Any]]) -> None:
+    """Produce native traces to `topic`, each keyed by its conversation as services key them."""
+    await produce(
+        bootstrap,
+        topic,
+        [encode(t) for t in traces],
+        keys=[t["conversation_id"].encode() for t in traces],
+    )
 
 
 def encode(trace: dict[str, Any]) -> bytes:
