@@ -18,6 +18,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.trace import SpanKind
 
+from monitor.config import KafkaConfig
 from monitor.formats.assembly import Release, TraceAssembler
 from monitor.formats.otlp import (
     OtlpDecodeError,
@@ -684,7 +685,7 @@ def test_spans_after_the_grace_period_are_late_and_exact_redeliveries_are_duplic
     assert add(target, whole, "m1-later", now=6.0) == "late"
 
 
-def test_the_memory_bound_sheds_kept_traces_first_then_releases_the_oldest_early() -> None:
+def test_the_pending_bound_releases_the_oldest_early_and_leaves_kept_traces_alone() -> None:
     shed: list[str] = []
     target = TraceAssembler(
         max_seconds=600.0, grace_seconds=600.0, max_traces=2, max_bytes=10**9, on_shed=shed.append
@@ -698,13 +699,71 @@ def test_the_memory_bound_sheds_kept_traces_first_then_releases_the_oldest_early
     for n, app in enumerate(apps[1:], start=1):  # children only: they stay pending
         (part,) = parts_of(app.spans()[:2])
         add(target, part, f"m{n}", now=float(n))
-    assert shed == ["grace_limit", "pending_limit"]
+    assert shed == ["pending_limit"], "the kept trace does not count against pending ones"
+    assert (target.pending, target.kept) == (2, 1)
     (early,) = target.pop_ready(3.0)
     assert early.trace_id == hex_trace_id(apps[1].root()) and not early.complete
     assert early.reason == "pending_limit"
     flushed = target.flush(4.0)
     assert [r.trace_id for r in flushed] == [hex_trace_id(a.root()) for a in apps[2:]]
     assert target.flush(5.0) == [] and target.bytes == 0
+
+
+def test_the_kept_bound_forgets_the_oldest_kept_trace_and_no_pending_one() -> None:
+    shed: list[str] = []
+    target = TraceAssembler(
+        max_seconds=600.0,
+        grace_seconds=600.0,
+        max_traces=10,
+        max_kept=2,
+        max_bytes=10**9,
+        on_shed=shed.append,
+    )
+    apps = [App() for _ in range(5)]
+    for app in apps:
+        openinference_rag(app)
+    (waiting,) = parts_of(apps[3].spans()[:2])
+    add(target, waiting, "pending", now=0.0)
+    for n, app in enumerate(apps[:3]):
+        (whole,) = parts_of(app.spans())
+        add(target, whole, f"m{n}", now=float(n))
+        assert target.pop_ready(float(n))[0].complete
+    (next_part,) = parts_of(apps[4].spans()[:2])
+    add(target, next_part, "next", now=3.0)  # the bounds hold from the next part on
+    assert shed == ["grace_limit"] and (target.pending, target.kept) == (2, 2)
+    (first,) = parts_of(apps[0].spans()[:1])
+    assert add(target, first, "late", now=4.0) == "late", "the oldest kept trace is forgotten"
+    (second,) = parts_of(apps[1].spans()[:1])
+    assert add(target, second, "again", now=4.0) == "held", "the next one still takes late spans"
+
+
+def test_a_busy_replica_keeps_every_trace_its_grace_period_within_the_default_bounds() -> None:
+    """At 600 traces/s and 30 s of grace, 18,000 released traces are kept at once: more than
+    the pending bound (10,000), which once counted them too and shed some all the time."""
+    defaults = KafkaConfig(topics=["t"])
+    shed: list[str] = []
+    target = TraceAssembler(
+        max_seconds=defaults.otlp_assembly_max_seconds,
+        grace_seconds=defaults.otlp_late_span_grace_seconds,
+        max_traces=defaults.otlp_max_pending_traces,
+        max_bytes=defaults.otlp_max_pending_bytes,
+        max_kept=defaults.otlp_max_kept_traces,
+        settle_seconds=defaults.otlp_assembly_settle_seconds,
+        on_shed=shed.append,
+    )
+    app = App()
+    openinference_rag(app)
+    (whole,) = parts_of(app.spans())
+    released, most_kept = 0, 0
+    for n in range(60 * 600):  # a minute at 600 traces/s
+        now = n / 600
+        trace_id = f"{n:032x}"
+        target.add(trace_id, whole.data + trace_id.encode(), whole.shapes, n, now)
+        released += len(target.pop_ready(now))
+        most_kept = max(most_kept, target.kept)
+    assert shed == []
+    assert 17_000 < most_kept < 18_500
+    assert released > 35_000
 
 
 def test_a_byte_bound_holds_as_well() -> None:

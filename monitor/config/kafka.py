@@ -108,13 +108,29 @@ class KafkaConfig(Section):
         ge=0,
         description="after a release, late spans of the trace re-assemble and re-score it",
     )
-    otlp_max_pending_traces: int = Field(default=10_000, gt=0)
+    otlp_max_pending_traces: int = Field(
+        default=10_000,
+        gt=0,
+        description="traces the OTLP assembler holds before their release (assembling, or "
+        "waiting for their GenAI log records)",
+    )
+    otlp_max_kept_traces: int = Field(
+        default=50_000,
+        gt=0,
+        description="released traces the OTLP assembler keeps for their late spans "
+        "(otlp_late_span_grace_seconds); at a steady rate they number rate x grace",
+    )
     otlp_max_spans_per_trace: int = Field(
         default=10_000,
         gt=0,
         description="a trace with more spans is dead-lettered (too_many_spans), never mapped",
     )
-    otlp_max_pending_bytes: int = Field(default=256 * 2**20, gt=0)
+    otlp_max_pending_bytes: int = Field(
+        default=256 * 2**20,
+        gt=0,
+        description="bytes of the traces the OTLP assembler holds, pending and kept together "
+        "(their parts, and an estimate of their bookkeeping)",
+    )
     otlp_score_plain_llm_calls: bool = Field(
         default=False,
         description="score OTLP traces that are plain LLM calls (no retrieval, and no pipeline "

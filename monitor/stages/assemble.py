@@ -118,13 +118,16 @@ class AssembleStage:
         self._max_spans = kafka.otlp_max_spans_per_trace
         self._rebalancing = False
         self._shedding = CountedWarning(
-            log, "OTLP assembler shedding traces at its memory bound (kafka.otlp_max_pending_*)"
+            log,
+            "OTLP assembler shedding traces at its memory bound "
+            "(kafka.otlp_max_pending_*, kafka.otlp_max_kept_traces)",
         )
         self._assembler: TraceAssembler[PartToken] = TraceAssembler(
             max_seconds=kafka.otlp_assembly_max_seconds,
             grace_seconds=kafka.otlp_late_span_grace_seconds,
             max_traces=kafka.otlp_max_pending_traces,
             max_bytes=kafka.otlp_max_pending_bytes,
+            max_kept=kafka.otlp_max_kept_traces,
             settle_seconds=kafka.otlp_assembly_settle_seconds,
             on_shed=self._shed,
             max_spans=kafka.otlp_max_spans_per_trace,
