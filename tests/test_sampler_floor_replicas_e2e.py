@@ -178,23 +178,23 @@ async def test_two_replicas_draw_the_floor_together_not_each(
         counted = len(mine - minute_1)  # minute 0's traffic here: 60 x that an hour
         assert len(mine & minute_1) == counted  # the second turns came where the first did
         # (a) minute 0: the k-th trace counted here was drawn at floor x share / 60k (the
-        # minute so far, scaled to an hour); each rate recorded is one of those
-        minute_0_rates = {floor_rate(share, 60.0 * k) for k in range(1, counted + 1)}
+        # minute so far, scaled to an hour); minute 1: every trace at floor x share / this
+        # replica's traffic an hour (60 x its minute 0), its count of minute 1 never more
+        minute_0_rates = [floor_rate(share, 60.0 * k) for k in range(1, counted + 1)]
+        rate = floor_rate(share, 60.0 * counted)
+        assert RATE < rate < 1.0
+        assert gauge == pytest.approx(rate)
         for trace_id, result in results.items():
             selection = result.selection
             assert selection is not None and selection.uniform
             # (c) drawn by its conversation's hash against the rate it records
             assert unit_hash(conversation[trace_id]) < selection.inclusion_probability
-            if trace_id not in minute_1:
+            if trace_id in minute_1:
+                assert selection.inclusion_probability == pytest.approx(rate)
+            else:
                 assert any(
                     selection.inclusion_probability == pytest.approx(r) for r in minute_0_rates
                 )
-        # (a) minute 1: every trace at floor x share / this replica's traffic an hour
-        rate = floor_rate(share, 60.0 * counted)
-        assert RATE < rate < 1.0
-        assert gauge == pytest.approx(rate)
-        for trace_id in mine & minute_1 & set(results):
-            assert results[trace_id].selection.inclusion_probability == pytest.approx(rate)  # type: ignore[union-attr]
         # (c) and every second turn whose conversation's hash is under that rate was judged
         assert {t for t in mine & minute_1 if unit_hash(conversation[t]) < rate} == (
             mine & minute_1 & set(results)

@@ -134,13 +134,12 @@ class KafkaSource:
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
 
-    def share(self, owned: set[TopicPartition] | None = None) -> float:
-        """The share of the subscribed topics' partitions that `owned` (default: the
-        assignment) holds."""
+    def share(self, owned: set[TopicPartition]) -> float:
+        """The share of the subscribed topics' partitions that `owned` holds."""
         partitions = {
             topic: self._consumer.partitions_for_topic(topic) or set() for topic in self.topics
         }
-        return partition_share(self.assignment if owned is None else owned, partitions)
+        return partition_share(owned, partitions)
 
     def _tell_share(self, owned: set[TopicPartition]) -> float:
         share = self.share(owned)
