@@ -129,6 +129,8 @@ class Daemon:
         self._last_maintenance = time.monotonic()
         self._sources: list[KafkaSource] = []
         self._score: ScoreStage | None = None
+        # this replica's share of the scored input, for the sampler's floor (None: no sampler)
+        self._tell_input_share: Callable[[float], None] | None = None
         self._file_running = False
         self.http: HttpServer | None = None
         self.started = asyncio.Event()
@@ -260,6 +262,8 @@ class Daemon:
         config = self.settings.kafka
         kafka_kwargs = producer_kwargs(config)
         processor = await self._start_services(stack, producer_kwargs=kafka_kwargs)
+        if self._tell_input_share is not None:
+            self._tell_input_share(0.0)  # until the scoring group assigns partitions
         dead_letters = self._dead_letters_override
         if dead_letters is None:
             producer = KafkaDeadLetters(
@@ -356,6 +360,9 @@ class Daemon:
                 busy=loop.busy if reads_parts and not assembles_in_process else None,
                 skip_finished=reads_parts,
                 expects_every_partition=assembles_in_process,
+                # the score stage's input: the scoring group's topics (the OTLP group's
+                # traces reach it through the traces topic, which the scoring group reads)
+                on_share=self._tell_input_share if name == "scoring" else None,
             )
             runs.append((loop, source))
             by_name[name] = source
@@ -486,6 +493,7 @@ class Daemon:
             shutdown=self.shutdown,
         )
         self.store, self.conversations = stage.store, stage.tracker
+        self._tell_input_share = stage.processor.set_input_share
         return stage.processor, stage
 
     def _scored_whole(self) -> WholeTraceCheck | None:

@@ -418,6 +418,13 @@ SAMPLER_EFFECTIVE_RATE = _declare(
         ("agent",),
     )
 )
+SAMPLER_INPUT_SHARE = _declare(
+    MetricSpec(
+        "ragmon_sampler_input_share_ratio",
+        Gauge,
+        "This replica's share of the scored input's partitions, which scales its sampling floor.",
+    )
+)
 ESTIMATE_TERMS = _declare(
     MetricSpec(
         "ragmon_estimate_terms_total",

@@ -255,3 +255,68 @@ def test_a_floor_raised_changing_rate_keeps_the_draw_a_known_chance_sample() -> 
     error = float(np.std(weighted) / math.sqrt(len(weighted)))
     assert abs(float(np.mean(weighted)) - truth) < 3 * error + 0.005
     assert float(np.mean(plain)) < 0.7  # the unweighted draw over-represents the quiet hour
+
+
+def quiet_hour(sampler: Sampler, clock: Clock) -> None:
+    """A quiet agent's traffic, 5 traces a minute, counted by `sampler` until its last hour is
+    known whole (62 minutes); the clock is left in the next minute, where one more trace reads
+    300 traces an hour exactly."""
+    for minute in range(62):
+        for k in range(5):
+            clock.now = minute * 60 + (k + 0.5) * 12
+            sampler.count_traffic("quiet")
+    clock.now = 62 * 60 + 1
+
+
+def quiet_trace(conversation: str) -> Trace:
+    return trace(conversation).model_copy(update={"agent": "quiet"})
+
+
+def test_a_replica_with_half_the_input_asks_for_half_the_floor() -> None:
+    """With two replicas each holding half the partitions, each sees about half the quiet
+    agent's traffic: 300 traces an hour here, of 600 in all. A floor of 60 for the deployment
+    is 30 for this replica: a rate of 30 / 300 = 0.1, not the 60 / 300 = 0.2 a replica alone
+    with this traffic takes."""
+    clock = Clock()
+    sampler = Sampler(SamplingConfig(rate=0.02, min_drawn_per_hour=60), clock=clock)
+    sampler.set_input_share(0.5)
+    quiet_hour(sampler, clock)
+    choice = sampler.select(quiet_trace("next"), tier0())
+    assert choice.selection.inclusion_probability == pytest.approx(0.1)
+    assert sampler.effective_rate("quiet") == pytest.approx(0.1)
+
+    alone = Sampler(SamplingConfig(rate=0.02, min_drawn_per_hour=60), clock=clock)
+    quiet_hour(alone, clock)
+    assert alone.select(quiet_trace("next"), tier0()).selection.inclusion_probability == (
+        pytest.approx(0.2)
+    )
+
+
+def test_a_replica_with_no_partition_has_no_floor() -> None:
+    clock = Clock()
+    sampler = Sampler(SamplingConfig(rate=0.02, min_drawn_per_hour=60), clock=clock)
+    sampler.set_input_share(0.0)
+    quiet_hour(sampler, clock)
+    assert sampler.select(quiet_trace("next"), tier0()).selection.inclusion_probability == 0.02
+    assert sampler.effective_rate("unseen") == 0.02
+
+
+def test_a_change_of_share_takes_effect_on_the_next_trace() -> None:
+    """A rebalance moves the share; the very next trace of the agent (a revision too, which is
+    not counted again) is drawn at the rate of the new share and records it."""
+    clock = Clock()
+    sampler = Sampler(SamplingConfig(rate=0.02, min_drawn_per_hour=60), clock=clock)
+    quiet_hour(sampler, clock)
+    assert sampler.select(quiet_trace("a"), tier0()).selection.inclusion_probability == (
+        pytest.approx(0.2)
+    )
+    sampler.set_input_share(0.25)
+    revision = sampler.select(quiet_trace("a"), tier0(), count=False)
+    assert revision.selection.inclusion_probability == pytest.approx(60 * 0.25 / 300)
+    sampler.set_input_share(0.0)
+    assert sampler.select(quiet_trace("b"), tier0()).selection.inclusion_probability == 0.02
+    sampler.set_input_share(1.0)
+    # the third trace of minute 62: the hour's 300 still more than 3 scaled to an hour (180)
+    assert sampler.select(quiet_trace("c"), tier0()).selection.inclusion_probability == (
+        pytest.approx(0.2)
+    )

@@ -27,8 +27,9 @@ class SamplingConfig(Section):
     min_drawn_per_hour: int | None = Field(
         default=None,
         gt=0,
-        description="fewest traces an hour each agent's uniform draw takes (per replica): a "
-        "quieter agent's rate is raised to reach it, up to 1",
+        description="fewest traces an hour each agent's uniform draw takes, all replicas "
+        "together (each asks for its share of the input partitions): a quieter agent's rate is "
+        "raised to reach it, up to 1",
     )
     priority_faithfulness_below: float = Field(default=0.5, ge=0, le=1)
     priority_feedback_at_or_below: float | None = Field(

@@ -20,9 +20,13 @@ arrival order, which no probability describes.
 A quiet agent's draw may be too small for its estimates and alerts to say anything within an
 hour (the alerts wait for 20 drawn traces): with `sampling.min_drawn_per_hour`, an agent whose
 traffic of the last hour would give fewer drawn traces at its rate gets the rate that gives
-that many (up to 1). The rate follows the agent's traffic (monitor.evaluators.agent_traffic),
-never a trace's own content or draw, and each trace records the rate it was drawn at, so the
-estimates weigh it as they weigh any other rate.
+that many (up to 1). The floor is the deployment's: each replica counts only the traffic it
+consumes, so it asks for the floor times its share of the input (`set_input_share`: its
+partitions of the score stage's topics over all of them), and since conversations hash evenly
+over the partitions the replicas together draw about the floor. The rate follows the agent's
+traffic (monitor.evaluators.agent_traffic) and the replica's share, never a trace's own content
+or draw, and each trace records the rate it was drawn at, so the estimates weigh it as they
+weigh any other rate.
 
 When the judge queue fills, the effective rate is lowered instead of blocking consumption (the
 rate in force is recorded as the trace's inclusion probability), and whatever cannot be queued
@@ -89,29 +93,38 @@ class Sampler:
         self._traffic = (
             AgentTraffic(MAX_PRIORITY_BUCKETS) if config.min_drawn_per_hour is not None else None
         )
-        self._floor_rates: dict[str, float] = {}
+        self._per_hour: dict[str, float] = {}  # each tracked agent's traffic, last counted
+        self._input_share = 1.0
+
+    @property
+    def input_share(self) -> float:
+        return self._input_share
+
+    def set_input_share(self, share: float) -> None:
+        """This replica's share of the input it scores, in [0, 1] (1 alone, 0 with no partition
+        assigned): its floor is `sampling.min_drawn_per_hour` times it, from the next trace on."""
+        self._input_share = min(1.0, max(0.0, share))
 
     def configured_rate(self, agent: str) -> float:
         return self.config.agent_rates.get(agent, self.config.rate)
 
     def base_rate(self, agent: str) -> float:
-        """The agent's rate before load shedding: its configured rate, or the higher one its
-        floor of drawn traces an hour asks for."""
-        return self._floor_rates.get(agent, self.configured_rate(agent))
+        """The agent's rate before load shedding: its configured rate, or the higher one this
+        replica's floor of drawn traces an hour asks for at the agent's traffic here."""
+        configured = self.configured_rate(agent)
+        floor = self.config.min_drawn_per_hour
+        per_hour = self._per_hour.get(agent)
+        if floor is None or per_hour is None:
+            return configured
+        return max(configured, min(1.0, floor * self._input_share / per_hour))
 
     def count_traffic(self, agent: str) -> None:
         """Count one trace of `agent` towards the traffic its floor rate follows."""
-        if self._traffic is None or self.config.min_drawn_per_hour is None:
+        if self._traffic is None:
             return
         per_hour = self._traffic.count(agent, self._clock())
-        if per_hour is None:
-            return
-        configured = self.configured_rate(agent)
-        floor = min(1.0, self.config.min_drawn_per_hour / per_hour)
-        if floor > configured:
-            self._floor_rates[agent] = floor
-        else:
-            self._floor_rates.pop(agent, None)
+        if per_hour is not None:
+            self._per_hour[agent] = per_hour
 
     def effective_rate(self, agent: str) -> float:
         return self.base_rate(agent) * self.load_factor

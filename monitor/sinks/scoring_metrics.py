@@ -90,6 +90,7 @@ class ScoringMetrics:
         self.sampler_priorities = catalog.create(catalog.SAMPLER_PRIORITIES, r)
         self.sampler_shed = catalog.create(catalog.SAMPLER_SHED, r)
         self.effective_rate = catalog.create(catalog.SAMPLER_EFFECTIVE_RATE, r)
+        self.input_share = catalog.create(catalog.SAMPLER_INPUT_SHARE, r)
         self.judge_queue = catalog.create(catalog.JUDGE_QUEUE_DEPTH, r)
         self.results_published = catalog.create(catalog.RESULTS_PUBLISHED, r)
         self.store_writes = catalog.create(catalog.STORE_WRITES, r)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import structlog
@@ -33,6 +33,16 @@ def producer_kwargs(config: KafkaConfig) -> dict[str, Any]:
         "client_id": f"{config.client_id}-producer",
         **aiokafka_security_kwargs(config),
     }
+
+
+def partition_share(
+    owned: Collection[TopicPartition], partitions: Mapping[str, Collection[int]]
+) -> float:
+    """The share of the topics' partitions (`partitions`: each topic's partition numbers) that
+    `owned` holds; 0 when it holds none of them."""
+    mine = {tp for tp in owned if tp.topic in partitions}
+    every = {TopicPartition(t, p) for t, numbers in partitions.items() for p in numbers} | mine
+    return len(mine) / len(every) if mine else 0.0
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -68,12 +78,15 @@ class KafkaSource:
         busy: Callable[[set[TopicPartition]], bool] | None = None,
         skip_finished: bool = False,
         expects_every_partition: bool = False,
+        on_share: Callable[[float], None] | None = None,
     ) -> None:
         """`listener` hears of rebalances (the consume loop); `skip_finished`: commits say which
         later offsets are unfinished, and a new owner skips the others (for topics whose
         messages finish out of order: the spans topic); `expects_every_partition`: this
         consumer must be the group's only member (a single replica assembling OTLP in
-        process), so an assignment of part of the partitions is logged as an error."""
+        process), so an assignment of part of the partitions is logged as an error;
+        `on_share` hears this consumer's share of its topics' partitions (`share`) after every
+        assignment and revocation."""
         self._config = config
         self.name = name
         self.group_id = group_id or config.group_id
@@ -97,6 +110,7 @@ class KafkaSource:
         )
         self._skip_finished = skip_finished
         self._expects_every_partition = expects_every_partition
+        self._on_share = on_share
         self._replay = ReplayFilter()
         self._last_commit_at = time.monotonic()
         self._lag_labels: set[tuple[str, str]] = set()
@@ -119,6 +133,19 @@ class KafkaSource:
     @property
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
+
+    def share(self, owned: set[TopicPartition]) -> float:
+        """The share of the subscribed topics' partitions that `owned` holds."""
+        partitions = {
+            topic: self._consumer.partitions_for_topic(topic) or set() for topic in self.topics
+        }
+        return partition_share(owned, partitions)
+
+    def _tell_share(self, owned: set[TopicPartition]) -> float:
+        share = self.share(owned)
+        if self._on_share is not None:
+            self._on_share(share)
+        return share
 
     @property
     def coordinator_known(self) -> bool:
@@ -229,10 +256,12 @@ class KafkaSource:
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self._metrics.rebalances.inc()
         self._metrics.set_assigned(self.name, len(self.assignment))
+        share = self._tell_share(assigned | self.assignment)
         log.info(
             "partitions assigned",
             group=self.group_id,
             partitions=sorted(f"{t.topic}/{t.partition}" for t in assigned),
+            share=round(share, 4),
         )
         if self._expects_every_partition:
             self._check_whole_assignment()
@@ -301,11 +330,14 @@ class KafkaSource:
             if labels in self._lag_labels:
                 self._metrics.consumer_lag.remove(*labels)
                 self._lag_labels.discard(labels)
-        self._metrics.set_assigned(self.name, len(self.assignment - revoked))
+        kept = self.assignment - revoked
+        self._metrics.set_assigned(self.name, len(kept))
+        share = self._tell_share(kept)
         log.info(
             "partitions revoked",
             group=self.group_id,
             partitions=sorted(f"{t.topic}/{t.partition}" for t in revoked),
+            share=round(share, 4),
         )
 
     async def stop(self) -> None:

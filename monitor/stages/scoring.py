@@ -145,6 +145,13 @@ class ScoringProcessor:
         self._count_constraint_checks = count_constraints
         self._estimates = estimates
         self.observers: list[ResultObserver] = []
+        metrics.input_share.set(sampler.input_share)
+
+    def set_input_share(self, share: float) -> None:
+        """This replica's share of the input it scores (its partitions of the score stage's
+        topics over all of them), which scales the sampler's floor of drawn traces an hour."""
+        self._sampler.set_input_share(share)
+        self._metrics.input_share.set(self._sampler.input_share)
 
     async def process(self, trace: Trace) -> None:
         count = revision(trace) == 1
