@@ -1948,17 +1948,18 @@ def otlp_stage_panels() -> list[dict[str, Any]]:
             width=8,
             description="Per replica: traces assembling (pending, waiting for their root, "
             "missing parents or their GenAI log records) and released traces kept for late "
-            "spans (kept). Pending and kept together are bounded per replica by "
-            "kafka.otlp_max_pending_traces (10,000 by default); at the bound the assembler "
-            "sheds (next panels).",
+            "spans (kept). Per replica, pending traces are bounded by "
+            "kafka.otlp_max_pending_traces (10,000 by default) and kept ones by "
+            "kafka.otlp_max_kept_traces (50,000); at a bound the assembler sheds (next panels).",
         ),
         timeseries(
             "Assembler: bytes held",
             [target("sum by (instance) (ragmon_otlp_assembly_bytes)", "{{instance}}")],
             unit="bytes",
             width=8,
-            description="Per replica: span and log-record bytes of the traces held, bounded "
-            "by kafka.otlp_max_pending_bytes (256 MiB by default).",
+            description="Per replica: span and log-record bytes of the traces held, with an "
+            "estimate of their bookkeeping, bounded by kafka.otlp_max_pending_bytes (256 MiB by "
+            "default).",
         ),
         timeseries(
             "Traces shed by the assembler bounds",

@@ -279,7 +279,8 @@ OTLP_ASSEMBLY_BYTES = _declare(
     MetricSpec(
         "ragmon_otlp_assembly_bytes",
         Gauge,
-        "Bytes of spans held by the assembler (pending and kept traces).",
+        "Bytes the assembler holds for pending and kept traces: their parts and an estimate of "
+        "their bookkeeping.",
     )
 )
 OTLP_TRACES_RELEASED = _declare(

@@ -576,7 +576,7 @@ and quantity as the alert, looked up when the alert fires (Prometheus's `query` 
         {{- include "rag-monitor.rules.labels" (dict "severity" .severity "extra" $extra) | nindent 8 }}
       annotations:
         summary: 'The OTLP assembler is shedding traces ({{`{{ $labels.reason }}`}})'
-        description: 'Over 30 minutes the OTLP stage shed traces at its memory bound (kafka.otlp_max_pending_traces or _bytes) with reason {{`{{ $labels.reason }}`}} at {{`{{ $value | humanizePercentage }}`}} of the rate it released traces (threshold {{ .shedRatio }}, at least {{ .minShed }} shed), and it kept shedding for {{ .for }}. pending_limit: traces released before they were whole, scored with the incomplete_trace flag; grace_limit: traces forgotten before their late spans could arrive.'
+        description: 'Over 30 minutes the OTLP stage shed traces at its memory bound (kafka.otlp_max_pending_traces, otlp_max_kept_traces or otlp_max_pending_bytes) with reason {{`{{ $labels.reason }}`}} at {{`{{ $value | humanizePercentage }}`}} of the rate it released traces (threshold {{ .shedRatio }}, at least {{ .minShed }} shed), and it kept shedding for {{ .for }}. pending_limit: traces released before they were whole, scored with the incomplete_trace flag; grace_limit: traces forgotten before their late spans could arrive.'
         runbook_url: {{ printf "%s/RagmonOtlpAssemblyShedding.md" $base }}
 {{- end }}
 {{- end }}
