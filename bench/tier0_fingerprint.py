@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     compiled = compiled_modules()
     print(
         f"monitor from {Path(monitor.__file__).parent}; "
-        f"{len(compiled)} of {len(MODULES)} tier-0 modules compiled"
+        f"{len(compiled)} of {len(MODULES)} compilable modules compiled"
     )
     found = fingerprint()
     if args.write:

@@ -23,7 +23,7 @@ from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
 from monitor.command import ExitCode
-from monitor.compiled import tier0_compiled
+from monitor.compiled import fully_compiled
 from monitor.config import Settings
 from monitor.estimates.calibration import Calibrations
 from monitor.estimates.recorder import EstimateRecorder
@@ -525,7 +525,7 @@ class Daemon:
             group=scoring.group_id,
             otlp_topics=otlp_source.topics if otlp_source is not None else [],
             otlp_group=otlp_source.group_id if otlp_source is not None else None,
-            tier0_compiled=tier0_compiled(),
+            compiled=fully_compiled(),
         )
 
         async def loops() -> None:

@@ -14,7 +14,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from monitor import __version__
 from monitor import metrics_catalog as catalog
-from monitor.compiled import tier0_compiled
+from monitor.compiled import fully_compiled
 
 OTHER_AGENT = "other"
 
@@ -68,7 +68,7 @@ class Metrics:
             {
                 "version": __version__,
                 "python": platform.python_version(),
-                "compiled": "true" if tier0_compiled() else "false",
+                "compiled": "true" if fully_compiled() else "false",
             }
         )
         self.messages_consumed = catalog.create(catalog.MESSAGES_CONSUMED, r)

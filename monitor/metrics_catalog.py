@@ -178,7 +178,7 @@ BUILD_INFO = _declare(
     MetricSpec(
         "ragmon_build_info",
         Info,
-        "Version of the running daemon, and whether tier 0 runs compiled.",
+        "Version of the running daemon, and whether the modules a build can compile run compiled.",
         ("version", "python", "compiled"),
     )
 )

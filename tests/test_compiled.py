@@ -1,4 +1,4 @@
-"""Which of tier 0's modules the build compiles, and how the daemon reports it.
+"""Which modules the build compiles (tier 0's, the OTLP path's), and how the daemon reports it.
 
 The compiled build itself (a wheel built as the image builds it, scoring the dev data exactly as
 the sources do, its daemon exporting ``compiled="true"``) is tested through the image's install
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from monitor.compiled import MODULES, compiled_modules, tier0_compiled
+from monitor.compiled import MODULES, compiled_modules, fully_compiled
 from monitor.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,25 +33,27 @@ def test_the_build_compiles_exactly_the_modules_the_daemon_reports_on() -> None:
         assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), module
 
 
-def test_a_source_checkout_runs_tier0_from_its_sources_and_says_so() -> None:
+def test_a_source_checkout_runs_its_sources_and_says_so() -> None:
     # A compiled wheel built from a checkout leaves its extension modules in the checkout
     # (mypyc builds in place), and Python would import them instead of the edited sources.
     assert compiled_modules() == (), (
         "compiled modules left in the checkout by a compiled build; remove them: "
-        "rm monitor/evaluators/*.so rag_monitor__mypyc.*.so"
+        "rm monitor/evaluators/*.so monitor/formats/*.so rag_monitor__mypyc.*.so"
     )
-    assert not tier0_compiled()
+    assert not fully_compiled()
     registry = CollectorRegistry()
     Metrics(registry)
     exposition = generate_latest(registry).decode()
     assert 'ragmon_build_info{compiled="false",' in exposition
 
 
-# Tier 0's own tests that need no service: with the modules compiled, every one must pass as it
-# does on the sources (the equivalence tests of tests/test_tier0_rewrites.py try thousands of
-# texts against plain-Python references, which is where a compiled operation that differs from
-# Python's shows: mypyc's own str.lower() once missed the final-sigma rule).
-TIER0_TESTS = (
+# The compiled modules' own tests that need no service: with the modules compiled, every one must
+# pass as it does on the sources (the equivalence tests of tests/test_tier0_rewrites.py try
+# thousands of texts against plain-Python references, which is where a compiled operation that
+# differs from Python's shows: mypyc's own str.lower() once missed the final-sigma rule; the OTLP
+# tests decode, split, salvage and map every instrumentation's recorded shapes, and fuzz the
+# decoders).
+COMPILED_TESTS = (
     "tests/test_tier0_rewrites.py",
     "tests/test_tier0_fingerprint.py",
     "tests/test_text.py",
@@ -61,13 +63,23 @@ TIER0_TESTS = (
     "tests/test_heuristic.py",
     "tests/test_trace_constraints.py",
     "tests/test_cross_language.py",
+    "tests/test_otlp.py",
+    "tests/test_otlp_assembly.py",
+    "tests/test_otlp_logs.py",
+    "tests/test_otlp_mapping.py",
+    "tests/test_otlp_openllmetry_documents.py",
+    "tests/test_otlp_salvage.py",
+    "tests/test_otlp_file_source.py",
+    "tests/test_fuzz_decoders.py",
 )
+# Their tests that need a service (the Kafka broker, PostgreSQL) are left out here.
+WITHOUT_SERVICES = "not slow and not kafka and not postgres"
 TREE = ("monitor", "tests", "bench", "data", "pyproject.toml", "README.md")
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_tier0s_tests_pass_against_the_compiled_build(tmp_path: Path) -> None:
+def test_the_compiled_modules_tests_pass_against_the_compiled_build(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     for name in TREE:
         source = ROOT / name
@@ -78,7 +90,7 @@ def test_tier0s_tests_pass_against_the_compiled_build(tmp_path: Path) -> None:
             shutil.copy2(source, tree / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHONPATH"))}
     # The compiled build writes its extension modules beside the sources it compiled: this
-    # copy becomes a checkout whose tier 0 runs compiled.
+    # copy becomes a checkout whose compiled modules run compiled.
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
          str(tmp_path / "wheels"), str(tree)],
@@ -102,8 +114,8 @@ def test_tier0s_tests_pass_against_the_compiled_build(tmp_path: Path) -> None:
     )
     assert asked.stdout.strip() == str(len(MODULES)), asked.stdout + asked.stderr
     tested = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-         *TIER0_TESTS],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", WITHOUT_SERVICES,
+         *COMPILED_TESTS],
         cwd=tree,
         env=env,
         capture_output=True,

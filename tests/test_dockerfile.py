@@ -240,11 +240,11 @@ def test_install_steps_build_and_run_the_daemon(tmp_path: Path) -> None:
         assert result.returncode == 0, (
             f"Dockerfile line {run.line} failed:\n{result.stderr[-3000:]}"
         )
-    # Compiling tier 0 (mypyc, then the C compiler) takes about a minute of one idle core.
+    # Compiling (mypyc, then the C compiler) took 1-1.7 minutes on the shared 2-core machine.
     assert time.monotonic() - started < 420
 
-    # The wheel holds the package and nothing else (no tests, dashboards or charts), with tier
-    # 0's modules compiled (their shared mypyc runtime beside the package).
+    # The wheel holds the package and nothing else (no tests, dashboards or charts), with the
+    # modules of monitor.compiled compiled (their shared mypyc runtime beside the package).
     (wheel,) = wheels.glob("rag_monitor-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert all(n.startswith(("monitor/", "rag_monitor-", "rag_monitor__mypyc.")) for n in names), (
@@ -280,7 +280,7 @@ def test_install_steps_build_and_run_the_daemon(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"{len(MODULES)} of {len(MODULES)} tier-0 modules compiled" in result.stdout
+    assert f"{len(MODULES)} of {len(MODULES)} compilable modules compiled" in result.stdout
     assert "scored exactly as recorded" in result.stdout
     result = subprocess.run(
         [entrypoint, "check-config"],

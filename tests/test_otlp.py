@@ -162,8 +162,8 @@ def test_decodes_sdk_spans(fmt: Fmt) -> None:
 
 
 def test_decoded_spans_are_the_records_their_constructor_makes() -> None:
-    """Decoding builds records through their slots (faster than a frozen dataclass's
-    __init__): every field in its place, the index unset, as the constructor would have it."""
+    """Decoding passes the fields positionally to the written-out constructor (which mypyc
+    compiles): every field in its place, the index unset, as by keyword."""
     app = App()
     openinference_rag(app)
     for span in decoded(app, "otlp_proto"):

@@ -15,7 +15,6 @@ per trace is `monitor.formats.otlp_split`, collecting a trace's parts `monitor.f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -23,7 +22,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from monitor.formats.errors import DecodeError, OtlpMappingError
 from monitor.formats.otlp_mapping import spans_to_trace
-from monitor.formats.otlp_values import attribute_index
+from monitor.formats.otlp_records import SpanEvent, SpanRecord
 from monitor.formats.otlp_wire import (
     convert_id,
     flatten_attributes,
@@ -56,69 +55,6 @@ OtlpDecodeError = DecodeError
 """A message that is not a decodable OTLP trace export: the decoders' one error, by the name
 the OTLP modules use (reasons empty_message, invalid_utf8, invalid_json, invalid_protobuf,
 invalid_id or schema_violation)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SpanEvent:
-    """A span event: its name, time and flattened attributes."""
-
-    name: str
-    time_unix_nano: int
-    attributes: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class SpanRecord:
-    """One decoded span, independent of the wire format.
-
-    Ids are lowercase hex (32 digits for traces, 16 for spans); `parent_span_id` is None for a
-    root span. Attribute values are str, bool, int, float, bytes, list (OTLP arrays) or dict
-    (OTLP key-value lists), nested as the producer sent them; None for an empty value.
-    `kind` and `status_code` are the OTLP enum numbers (kind 2 = SERVER, status 2 = ERROR).
-    """
-
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    name: str
-    start_time_unix_nano: int
-    end_time_unix_nano: int
-    attributes: dict[str, Any] = field(default_factory=dict)
-    resource_attributes: dict[str, Any] = field(default_factory=dict)
-    events: tuple[SpanEvent, ...] = ()
-    kind: int = 0
-    status_code: int = 0
-    scope_name: str = ""
-    # `attribute_index` of `attributes`, made on first use: the mapping asks for several
-    # prefixes per span, each a pass over every attribute otherwise.
-    _index: dict[str, list[dict[str, Any]]] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_time_unix_nano - self.start_time_unix_nano
-
-    def indexed(self, prefix: str) -> list[dict[str, Any]]:
-        """The span's `prefix.N.rest` attributes as one dict per N, in N order
-        (`otlp_values.indexed_groups`)."""
-        if self._index is None:
-            object.__setattr__(self, "_index", attribute_index(self.attributes))
-            assert self._index is not None
-        return self._index.get(prefix, [])
-
-
-# A frozen dataclass's __init__ sets every field through object.__setattr__: 2.6 µs for a
-# SpanRecord, against 1.2 µs through its slots' own setters. Decoding builds every span, so it
-# builds them this way; the fields are the same, in declaration order (`_index` last, None).
-_RECORD_SETTERS = tuple(getattr(SpanRecord, f.name).__set__ for f in fields(SpanRecord))
-
-
-def _new_record(*values: Any) -> SpanRecord:
-    record = object.__new__(SpanRecord)
-    for setter, value in zip(_RECORD_SETTERS, values, strict=True):
-        setter(record, value)
-    return record
 
 
 def detect_format(data: bytes) -> Literal["native", "otlp_json", "otlp_proto"]:
@@ -210,7 +146,7 @@ def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord
     if parent and len(parent) != SPAN_ID_BYTES:
         raise OtlpDecodeError("invalid_id", f"span parent_span_id must be {SPAN_ID_BYTES} bytes")
     events = span.events
-    return _new_record(
+    return SpanRecord(
         trace_id.hex(),
         span_id.hex(),
         parent.hex() if any(parent) else None,
@@ -228,5 +164,4 @@ def _record(span: Span, resource: dict[str, Any], scope_name: str) -> SpanRecord
         span.kind,
         span.status.code,
         scope_name,
-        None,  # _index
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from monitor.formats.otlp_conventions import (
     DOCUMENT_ID_KEYS,
@@ -43,6 +43,7 @@ from monitor.formats.otlp_conventions import (
     JsonDocuments,
     Role,
 )
+from monitor.formats.otlp_records import SpanRecord
 from monitor.formats.otlp_values import (
     dict_or_none,
     maybe_json,
@@ -50,9 +51,6 @@ from monitor.formats.otlp_values import (
     text_or_none,
     unwrap,
 )
-
-if TYPE_CHECKING:  # otlp.py imports the mapping, which imports this module
-    from monitor.formats.otlp import SpanRecord
 
 __all__ = [
     "Retrieval",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -51,6 +51,7 @@ from monitor.formats.otlp_documents import (
     last_handed_documents,
     retrievals,
 )
+from monitor.formats.otlp_records import SpanRecord
 from monitor.formats.otlp_values import (
     finite_number,
     indexed_groups,
@@ -62,9 +63,6 @@ from monitor.formats.otlp_values import (
 )
 from monitor.models import DEFAULT_AGENT, Context, Trace, Usage
 from monitor.times import datetime_from_ns, millis_from_ns
-
-if TYPE_CHECKING:  # otlp.py imports this module; SpanRecord is only needed for annotations
-    from monitor.formats.otlp import SpanRecord
 
 __all__ = ["OtlpMappingError", "spans_to_trace"]
 
