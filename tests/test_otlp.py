@@ -30,6 +30,7 @@ from monitor.formats.otlp import (
 )
 from monitor.formats.otlp_split import TracePart, encode_request, merge_parts, split_by_trace
 from monitor.models import Trace
+from monitor.stages.assemble import configured_assembler
 from tests.support.otlp_spans import (
     ANSWER,
     DOCS,
@@ -740,17 +741,8 @@ def test_the_kept_bound_forgets_the_oldest_kept_trace_and_no_pending_one() -> No
 def test_a_busy_replica_keeps_every_trace_its_grace_period_within_the_default_bounds() -> None:
     """At 600 traces/s and 30 s of grace, 18,000 released traces are kept at once: more than
     the pending bound (10,000), which once counted them too and shed some all the time."""
-    defaults = KafkaConfig(topics=["t"])
     shed: list[str] = []
-    target = TraceAssembler(
-        max_seconds=defaults.otlp_assembly_max_seconds,
-        grace_seconds=defaults.otlp_late_span_grace_seconds,
-        max_traces=defaults.otlp_max_pending_traces,
-        max_bytes=defaults.otlp_max_pending_bytes,
-        max_kept=defaults.otlp_max_kept_traces,
-        settle_seconds=defaults.otlp_assembly_settle_seconds,
-        on_shed=shed.append,
-    )
+    target: TraceAssembler[int] = configured_assembler(KafkaConfig(topics=["t"]), shed.append)
     app = App()
     openinference_rag(app)
     (whole,) = parts_of(app.spans())

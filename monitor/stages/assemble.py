@@ -38,6 +38,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 import structlog
 from aiokafka.structs import TopicPartition
@@ -66,6 +67,21 @@ log = structlog.get_logger(__name__)
 # Mapping failures that content still to come as log records can cure.
 AWAITING_CONTENT = frozenset({"no_query", "no_answer"})
 ROOM = 0.9  # share of kafka.otlp_max_pending_traces the unreleased traces may fill while reading
+T = TypeVar("T")
+
+
+def configured_assembler(kafka: KafkaConfig, on_shed: Callable[[str], None]) -> TraceAssembler[T]:
+    """The assembler with the bounds and times the `kafka.otlp_*` settings give."""
+    return TraceAssembler(
+        max_seconds=kafka.otlp_assembly_max_seconds,
+        grace_seconds=kafka.otlp_late_span_grace_seconds,
+        max_traces=kafka.otlp_max_pending_traces,
+        max_bytes=kafka.otlp_max_pending_bytes,
+        max_kept=kafka.otlp_max_kept_traces,
+        settle_seconds=kafka.otlp_assembly_settle_seconds,
+        on_shed=on_shed,
+        max_spans=kafka.otlp_max_spans_per_trace,
+    )
 
 
 class OtlpMetrics:
@@ -122,16 +138,7 @@ class AssembleStage:
             "OTLP assembler shedding traces at its memory bound "
             "(kafka.otlp_max_pending_*, kafka.otlp_max_kept_traces)",
         )
-        self._assembler: TraceAssembler[PartToken] = TraceAssembler(
-            max_seconds=kafka.otlp_assembly_max_seconds,
-            grace_seconds=kafka.otlp_late_span_grace_seconds,
-            max_traces=kafka.otlp_max_pending_traces,
-            max_bytes=kafka.otlp_max_pending_bytes,
-            max_kept=kafka.otlp_max_kept_traces,
-            settle_seconds=kafka.otlp_assembly_settle_seconds,
-            on_shed=self._shed,
-            max_spans=kafka.otlp_max_spans_per_trace,
-        )
+        self._assembler: TraceAssembler[PartToken] = configured_assembler(kafka, self._shed)
         self._late = metrics.traces_skipped.labels("otlp_late_spans")
         self._not_rag = metrics.traces_skipped.labels("otlp_not_rag")
         self._no_spans = metrics.traces_skipped.labels("otlp_no_spans")
