@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from monitor.config.judge import RedactionConfig
+from monitor.evaluators import redaction
 from monitor.evaluators.redaction import Redactor, fold, luhn_ok, my_number_ok
 
 R = "[REDACTED]"
@@ -36,6 +40,13 @@ def test_fold_keeps_offsets() -> None:
     assert len(folded) == len(text)
     assert "090-1234-5678" in folded
     assert "foo@example.jp" in folded
+
+
+def test_fold_maps_every_character_as_its_table_says() -> None:
+    """The fast fold (substituting foldable runs) equals translating every character."""
+    text = "".join(chr(cp) for cp in [*range(0x2000, 0x3100), *range(0xFF00, 0xFFFF)])
+    assert fold(text) == text.translate(redaction._FOLD)
+    assert fold("ｆｏｏ ﾃｽﾄ ｰ") == "foo ﾃｽﾄ -"
 
 
 @pytest.mark.parametrize(
@@ -191,3 +202,66 @@ def test_invalid_pattern_is_a_config_error() -> None:
         RedactionConfig(patterns=["(unclosed"])
     with pytest.raises(ValidationError, match="empty string"):
         RedactionConfig(patterns=["x*"])
+
+
+def _ungated_spans(text: str) -> list[tuple[int, int]]:
+    """Every detector run on every text, as before the gates: what the gates must not change."""
+    folded = fold(text)
+    found = redaction._number_spans(folded)
+    for detector in redaction._DETECTORS:
+        for m in detector.pattern.finditer(folded):
+            if detector.validator is None or detector.validator(m.group(0)):
+                start, end = m.span(detector.group)
+                if end > start:
+                    found.append((start, end))
+    return redaction._merge(found)
+
+
+_TRICKY = [
+    "ſecret=ABCDEFGHIJKLMNOPQRSTU",  # long s: matched by the case-insensitive key pattern
+    "\u212aey api_\u212aey: abcdefghijklmnopqrstuv",  # Kelvin sign for K
+    "ＡＰＩ＿ＫＥＹ＝ａｂｃｄｅｆｇｈｉｊｋｌｍｎｏｐｑｒ",  # full-width key and value
+    "BEARER abcdefghijklmnop",
+    "call (٥٥٥) ١٢٣-٤٥٦٧ now",  # Arabic-Indic digits: \d matches them
+    "番号 ４１１１ １１１１ １１１１ １１１１ と １２３４５６７８９０１８",
+    "tel ０３（１２３４）５６７８ or ＋８１ ９０ １２３４ ５６７８",
+    "order 1234567 shipped 2024-01-15, ref 12-34-56",
+    "",
+]
+
+
+def _development_texts() -> list[str]:
+    texts: list[str] = []
+    for path in sorted(Path("data/hallucination").glob("dev_*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines()[:300]:
+            item = json.loads(line)
+            texts += [item["question"] or "", item["answer"] or "", *item["contexts"]]
+    return texts
+
+
+def test_gates_change_no_output(redactor: Redactor) -> None:
+    """The cheap gates (a literal or a digit count every match needs) only skip patterns that
+    could not match: the spans equal running every pattern on every text, on the development
+    data's questions, answers and contexts and on Unicode edge cases."""
+    texts = _TRICKY + _development_texts()
+    assert len(texts) > 1000
+    redacted = 0
+    for text in texts:
+        spans = redactor.spans(text)
+        assert spans == _ungated_spans(text), text[:200]
+        redacted += bool(spans)
+    assert redacted >= len(_TRICKY) - 3  # the edge cases do exercise the detectors
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("ſecret=ABCDEFGHIJKLMNOPQRSTU", f"ſecret={R}"),
+        ("call (٥٥٥) ١٢٣-٤٥٦٧ now", f"call {R} now"),
+        ("ＡＰＩ＿ＫＥＹ＝ａｂｃｄｅｆｇｈｉｊｋｌｍｎｏｐｑｒ", f"ＡＰＩ＿ＫＥＹ＝{R}"),
+    ],
+)
+def test_gates_keep_unicode_matches(redactor: Redactor, text: str, expected: str) -> None:
+    """A case-insensitive key written with a long s, a phone number in non-ASCII digits and a
+    full-width key are still found although their literals differ from the ASCII ones."""
+    assert redactor.redact(text) == expected

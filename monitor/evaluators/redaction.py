@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from monitor.config.judge import RedactionConfig
 
@@ -50,9 +51,18 @@ _FOLD.update(
 )
 
 
+# str.translate looks every character up in the dict (about 80 ns each for Japanese text, most of
+# it a missed lookup); substituting only the runs that fold is four times faster.
+_FOLDABLE_RUN = re.compile("[" + "".join(re.escape(chr(cp)) for cp in sorted(_FOLD)) + "]+")
+
+
+def _fold_run(match: re.Match[str]) -> str:
+    return match.group(0).translate(_FOLD)
+
+
 def fold(text: str) -> str:
     """`text` with full-width forms folded to ASCII, same length, same offsets."""
-    return text.translate(_FOLD)
+    return _FOLDABLE_RUN.sub(_fold_run, text)
 
 
 def luhn_ok(digits: str) -> bool:
@@ -100,46 +110,118 @@ _SECRET_KEY = (
     r"password|passwd|pwd|private[_-]?key|subscription[_-]?key|x-api-key)"
 )
 
-# (name, compiled pattern, value group, validator of the matched text or None)
-_DETECTORS: list[tuple[str, re.Pattern[str], int, _Validator | None]] = [
-    (
+
+@dataclass(frozen=True)
+class _Detector:
+    """One pattern, and what a text must contain for the pattern to have any chance.
+
+    The gate is a cheap necessary condition (a literal every match contains, a number of digits
+    every match has), so the regular expression only runs on text that might match; most
+    answers contain no ``@``, no ``sk-`` and fewer than ten digits.
+    """
+
+    name: str
+    pattern: re.Pattern[str]
+    group: int  # the part of the match that is replaced
+    validator: _Validator | None = None
+    literals: tuple[str, ...] = ()  # one of these occurs in every match
+    caseless: bool = False  # the literals are looked for in the case-folded text
+    min_digits: int = 0  # every match has at least this many digits (\d)
+
+
+class _Probe:
+    """What the gates look at, computed once per text (the case-folded form only if asked)."""
+
+    __slots__ = ("_caseless", "digits", "folded")
+
+    def __init__(self, folded: str, digits: int) -> None:
+        self.folded = folded
+        self.digits = digits
+        self._caseless: str | None = None
+
+    @property
+    def caseless(self) -> str:
+        if self._caseless is None:
+            self._caseless = self.folded.casefold()
+        return self._caseless
+
+    def admits(self, detector: _Detector) -> bool:
+        if self.digits < detector.min_digits:
+            return False
+        if not detector.literals:
+            return True
+        haystack = self.caseless if detector.caseless else self.folded
+        return any(literal in haystack for literal in detector.literals)
+
+
+_DETECTORS: list[_Detector] = [
+    _Detector(
         "key_value_secret",
         re.compile(
             rf"(?i)(?<![A-Za-z0-9]){_SECRET_KEY}[\"']?\s*(?:[:=]|=>)\s*[\"']?"
             r"([A-Za-z0-9+/_\-.=~]{16,})"
         ),
-        1,
-        None,
+        group=1,
+        literals=("key", "secret", "token", "passw", "pwd"),
+        caseless=True,
     ),
-    ("bearer", re.compile(r"(?i)\bbearer\s+([A-Za-z0-9\-._~+/]{12,}=*)"), 1, None),
-    ("openai_key", re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}"), 0, None),
-    ("aws_key_id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"), 0, None),
-    ("github_token", re.compile(r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{30,}"), 0, None),
-    ("slack_token", re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9\-]{10,}"), 0, None),
-    (
+    _Detector(
+        "bearer",
+        re.compile(r"(?i)\bbearer\s+([A-Za-z0-9\-._~+/]{12,}=*)"),
+        group=1,
+        literals=("bearer",),
+        caseless=True,
+    ),
+    _Detector(
+        "openai_key",
+        re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}"),
+        group=0,
+        literals=("sk-",),
+    ),
+    _Detector(
+        "aws_key_id",
+        re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"),
+        group=0,
+        literals=("AKIA", "ASIA"),
+    ),
+    _Detector(
+        "github_token",
+        re.compile(r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{30,}"),
+        group=0,
+        literals=("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ),
+    _Detector(
+        "slack_token",
+        re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9\-]{10,}"),
+        group=0,
+        literals=("xox",),
+    ),
+    _Detector(
         "jwt",
         re.compile(
             r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+"
         ),
-        0,
-        None,
+        group=0,
+        literals=("eyJ",),
     ),
-    (
+    _Detector(
         "email",
         re.compile(
             r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?"
             r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}(?![A-Za-z])"
         ),
-        0,
-        None,
+        group=0,
+        literals=("@",),
     ),
-    (
+    _Detector(
         "phone_international",
         re.compile(r"(?<![\w+])\+\d{1,3}(?:[ \-.]?\(?\d{1,5}\)?){2,6}(?![\d])"),
-        0,
-        lambda s: 8 <= len(_digits(s)) <= 15,
+        group=0,
+        validator=lambda s: 8 <= len(_digits(s)) <= 15,
+        literals=("+",),
+        min_digits=8,
     ),
-    (
+    _Detector(
         "phone_jp",
         re.compile(
             r"(?<![\d\-])(?:"
@@ -150,14 +232,16 @@ _DETECTORS: list[tuple[str, re.Pattern[str], int, _Validator | None]] = [
             r"|0[1-9]\d{8}"  # 0312345678
             r")(?![\d]|-\d)"
         ),
-        0,
-        lambda s: len(_digits(s)) in (10, 11),
+        group=0,
+        validator=lambda s: len(_digits(s)) in (10, 11),
+        min_digits=10,
     ),
-    (
+    _Detector(
         "phone_nanp",
         re.compile(r"(?<![\d\-])\(\d{3}\)\s?\d{3}[\-.]\d{4}(?![\d])"),
-        0,
-        None,
+        group=0,
+        literals=("(",),
+        min_digits=10,
     ),
 ]
 
@@ -219,6 +303,17 @@ def _number_spans(folded: str) -> list[tuple[int, int]]:
     return spans
 
 
+_NUMBER_MIN_DIGITS = 12  # a My Number has 12 digits, a card number 13 or more
+_ANY_DIGIT = re.compile(r"\d")
+
+
+def _probe(text: str) -> _Probe:
+    if text.isascii():  # nothing to fold, and str.count finds every digit \d would
+        return _Probe(text, sum(map(text.count, "0123456789")))
+    folded = fold(text)
+    return _Probe(folded, len(_ANY_DIGIT.findall(folded)))
+
+
 def _merge(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):
@@ -245,13 +340,15 @@ class Redactor:
         """The merged character ranges of `text` that `redact` replaces."""
         if not text:
             return []
-        folded = fold(text)
-        found = _number_spans(folded)
-        for _name, pattern, group, validator in _DETECTORS:
-            for m in pattern.finditer(folded):
-                if validator is not None and not validator(m.group(0)):
+        probe = _probe(text)
+        found = _number_spans(probe.folded) if probe.digits >= _NUMBER_MIN_DIGITS else []
+        for detector in _DETECTORS:
+            if not probe.admits(detector):
+                continue
+            for m in detector.pattern.finditer(probe.folded):
+                if detector.validator is not None and not detector.validator(m.group(0)):
                     continue
-                start, end = m.span(group)
+                start, end = m.span(detector.group)
                 if end > start:
                     found.append((start, end))
         for pattern in self._extra:

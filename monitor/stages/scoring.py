@@ -94,18 +94,20 @@ async def scored_whole(store: Store, evaluator: str, trace_id: str) -> bool:
 
 
 def redact_result(result: EvaluationResult, redactor: TextRedactor) -> EvaluationResult:
-    """The result with statement texts and reasons passed through the redactor."""
-    statements = [
-        StatementVerdict(
-            statement=redactor.redact(v.statement),
-            supported=v.supported,
-            evidence_context_id=v.evidence_context_id,
-            support=v.support,
-            reason=redactor.redact(v.reason) if v.reason else v.reason,
-        )
-        for v in result.statements
-    ]
-    return result.model_copy(update={"statements": statements})
+    """The result with statement texts and reasons passed through the redactor (the result
+    itself when nothing in it needed redacting: most results, and a copy costs more than the
+    redaction)."""
+    statements: list[StatementVerdict] = []
+    changed = False
+    for v in result.statements:
+        statement = redactor.redact(v.statement)
+        reason = redactor.redact(v.reason) if v.reason else v.reason
+        if statement == v.statement and reason == v.reason:
+            statements.append(v)
+            continue
+        changed = True
+        statements.append(v.model_copy(update={"statement": statement, "reason": reason}))
+    return result.model_copy(update={"statements": statements}) if changed else result
 
 
 class ScoringProcessor:
