@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,16 +198,14 @@ def ppi_estimate(matchers: list[str], window: str = "$window") -> tuple[str, str
     shift = f"((({j('y')} - {j('f')}) / ({j('m')} > 0)) and {t('clusters')} > 1)"
     value = f"({t('predicted')} / ({t('traces')} > 0) + {shift})"
 
-    def spread(s: Callable[[str], str]) -> str:
-        return (
-            f"(({s('yy')} - 2 * {s('yf')} + {s('ff')})"
-            f" - 2 * {shift} * ({s('ym')} - {s('fm')})"
-            f" + {shift} ^ 2 * {s('mm')})"
-        )
-
-    less_draw = f"{spread(j)} - {t('judged')} / {t('m')} * {spread(t)}"
-    fpc = f"(({less_draw} > {spread(j)} / 2) or {spread(j)} / 2)"
-    stderr = f"(sqrt(clamp_min({j('clusters')} / ({j('clusters')} - 1 > 0) * {fpc}, 0)) / {j('m')})"
+    spread = (
+        f"(({j('yy')} - 2 * {j('yf')} + {j('ff')})"
+        f" - 2 * {shift} * ({j('ym')} - {j('fm')})"
+        f" + {shift} ^ 2 * {j('mm')})"
+    )
+    stderr = (
+        f"(sqrt(clamp_min({j('clusters')} / ({j('clusters')} - 1 > 0) * {spread}, 0)) / {j('m')})"
+    )
     lower = f"clamp_min({value} - {Z95} * {stderr}, 0)"
     upper = f"clamp_max({value} + {Z95} * {stderr}, 1)"
     return value, lower, upper

@@ -86,7 +86,8 @@ def test_weights_undo_a_rate_that_changed_while_sampling() -> None:
 
 def test_prediction_powered_estimate_in_closed_form() -> None:
     """Traffic predictions average 0.6; on the three judged traces the judge exceeds the
-    prediction by 0.1, -0.2 and 0.4: estimate 0.6 + 0.1, error sd(differences) / sqrt(3)."""
+    prediction by 0.1, -0.2 and 0.4: estimate 0.6 + 0.1, error sd(differences) / sqrt(3) (the
+    with-replacement error: nothing is taken off for the draw's rate)."""
     traffic = [0.2, 0.4, 0.8, 1.0, 0.6]
     sample = [obs("a", 0.9, 0.8), obs("b", 0.0, 0.2), obs("c", 1.0, 0.6)]
     drawn = terms_of(sample, traffic)
@@ -95,7 +96,7 @@ def test_prediction_powered_estimate_in_closed_form() -> None:
     assert est.value == pytest.approx(0.7)
     diffs = [0.1, -0.2, 0.4]
     s2 = sum((d - 0.1) ** 2 for d in diffs) / 2
-    assert est.stderr == pytest.approx(math.sqrt(s2 / 3) * FPC)
+    assert est.stderr == pytest.approx(math.sqrt(s2 / 3))
     assert correction(drawn) == pytest.approx(0.1)
 
 
@@ -103,8 +104,7 @@ def test_priorities_count_by_their_inverse_chance_of_being_judged() -> None:
     """The draw (rate 1/10) took conversations a and b; priorities outside it were judged with
     chance 1/2 (c) and 1/4 (d). The correction weighs each judged trace by its inverse chance:
     (10 * 0.1 + 10 * -0.2 + 2 * 0.5 + 4 * -0.1) / 26; the variance is the with-replacement
-    one over the four conversations, less the draw's rate times the draw's own (the part
-    sampling without replacement does not have)."""
+    one over the four conversations."""
     traffic = [0.5] * 30
     drawn = [obs("a", 0.9, 0.8), obs("b", 0.0, 0.2)]
     priorities = [obs("c", 0.5, 0.0, w=2.0), obs("d", 0.3, 0.4, w=4.0)]
@@ -113,9 +113,7 @@ def test_priorities_count_by_their_inverse_chance_of_being_judged() -> None:
     assert est is not None
     assert est.value == pytest.approx(0.5 + shift)
     judged = [(10, 0.1), (10, -0.2), (2, 0.5), (4, -0.1)]  # (weight, y - f) per conversation
-    spread = sum((w * d - shift * w) ** 2 for w, d in judged)
-    of_draw = sum((w * d - shift * w) ** 2 for w, d in judged[:2])
-    variance = 4 / 3 * max(spread - RATE * of_draw, spread / 2)
+    variance = 4 / 3 * sum((w * d - shift * w) ** 2 for w, d in judged)
     assert est.stderr == pytest.approx(math.sqrt(variance) / 26)
     # without the draw there is no estimate: traffic no priority reaches would have no say
     assert prediction_powered(terms_of([], traffic), terms_of(priorities, [])) is None
@@ -132,7 +130,9 @@ def test_a_perfect_prediction_leaves_no_sampling_error_and_a_constant_one_is_uni
     plain = uniform(terms_of(constant, []))
     assert powered is not None and plain is not None
     assert powered.value == pytest.approx(plain.value)
-    assert powered.stderr == pytest.approx(plain.stderr)
+    # uniform-only takes off the draw's rate (the draw takes a conversation at most once);
+    # prediction-powered keeps the with-replacement error, where taking it off undercovered
+    assert powered.stderr * FPC == pytest.approx(plain.stderr)
 
 
 def test_no_estimate_from_fewer_than_two_conversations() -> None:

@@ -88,34 +88,23 @@ monitor/estimates/estimator.py; rules/tests/estimates.yaml holds the two to each
         ({{ $by }} ({{ $t }}{term="traces"}) > 0)
         +
         agent:ragmon_estimate_ppi:correction{{ $window }}
-{{- range $sample := list (list "spread" $j) (list "draw_spread" $t) }}
-    - record: agent:ragmon_estimate_ppi:{{ index $sample 0 }}{{ $window }}
+    - record: agent:ragmon_estimate_ppi:spread{{ $window }}
       expr: |-
         (
-          {{ $by }} ({{ index $sample 1 }}{term="yy"})
-          - 2 * {{ $by }} ({{ index $sample 1 }}{term="yf"})
-          + {{ $by }} ({{ index $sample 1 }}{term="ff"})
+          {{ $by }} ({{ $j }}{term="yy"})
+          - 2 * {{ $by }} ({{ $j }}{term="yf"})
+          + {{ $by }} ({{ $j }}{term="ff"})
         )
         - 2 * agent:ragmon_estimate_ppi:correction{{ $window }}
-          * ({{ $by }} ({{ index $sample 1 }}{term="ym"}) - {{ $by }} ({{ index $sample 1 }}{term="fm"}))
-        + agent:ragmon_estimate_ppi:correction{{ $window }} ^ 2 * {{ $by }} ({{ index $sample 1 }}{term="mm"})
-{{- end }}
+          * ({{ $by }} ({{ $j }}{term="ym"}) - {{ $by }} ({{ $j }}{term="fm"}))
+        + agent:ragmon_estimate_ppi:correction{{ $window }} ^ 2 * {{ $by }} ({{ $j }}{term="mm"})
     - record: agent:ragmon_estimate_ppi:stderr{{ $window }}
       expr: |-
         sqrt(
           clamp_min(
             {{ $by }} ({{ $j }}{term="clusters"})
             / ({{ $by }} ({{ $j }}{term="clusters"}) - 1 > 0)
-            * (
-              (
-                agent:ragmon_estimate_ppi:spread{{ $window }}
-                - {{ $by }} ({{ $t }}{term="judged"}) / {{ $by }} ({{ $t }}{term="m"})
-                  * agent:ragmon_estimate_ppi:draw_spread{{ $window }}
-                > agent:ragmon_estimate_ppi:spread{{ $window }} / 2
-              )
-              or
-              agent:ragmon_estimate_ppi:spread{{ $window }} / 2
-            ),
+            * agent:ragmon_estimate_ppi:spread{{ $window }},
             0
           )
         )
