@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
+from monitor.models import EvaluationResult
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce, read_all
 from tests.support.traces import RunningDaemon, encode, native_trace, scoring_settings
@@ -80,6 +81,9 @@ async def test_a_trace_gets_a_stored_published_and_exported_result(
     try:
         stored = await store.get_result(INVENTED["trace_id"], "heuristic")
         assert stored is not None and stored.scores["faithfulness"].value is not None
+        assert "bob@example.com" not in stored.model_dump_json(), "redacted in the store"
+        published_statements = EvaluationResult.model_validate(invented).statements
+        assert stored.statements == published_statements, "the store keeps what was published"
     finally:
         await store.close()
 

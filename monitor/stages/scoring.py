@@ -142,6 +142,8 @@ class ScoringProcessor:
         self._publisher = publisher
         self._store_redactor = store_redactor
         self._results_redactor = results_redactor
+        # A stored result is then already what the results topic gets: publish it as it is.
+        self._stored_is_published = store is not None and store_redactor is results_redactor
         self._conversations = conversations
         self._on_skip = on_skip
         self._count_constraint_checks = count_constraints
@@ -304,9 +306,10 @@ class ScoringProcessor:
             self._metrics.record(result)
         add_evaluation_events(result)
         if turn is None:
-            await self._publish_all([result])
-            if self._store is not None:
-                await self._save(self._stored(trace, result))
+            stored = self._stored(trace, result) if self._store is not None else None
+            await self._publish_all(*self._publishable([result], stored))
+            if stored is not None:
+                await self._save(stored)
         else:
             result = await self._emit_turn(trace, result, turn, count)
         for observer in self.observers:
@@ -323,7 +326,7 @@ class ScoringProcessor:
         prior = turn.prior.get(result.evaluator)
         unchanged = prior is not None and stored is not None and _same(prior, stored)
         moved = [m.result for m in step.moved_results]
-        await self._publish_all(([] if unchanged else [result]) + moved)
+        await self._publish_all(*self._publishable([] if unchanged else [result], stored, moved))
         if unchanged:
             self._metrics.published("unchanged").inc()
         try:
@@ -331,7 +334,9 @@ class ScoringProcessor:
         except TraceIdConflict:
             # Published already: publish the stored results of that trace id again, so the
             # last record of each is the conversation's that has it.
-            await self._publish_all(await self._stored_of(trace.trace_id))
+            await self._publish_all(
+                await self._stored_of(trace.trace_id), redacted=self._stored_is_published
+            )
             raise
         except Exception:
             if self._store is not None:
@@ -365,19 +370,35 @@ class ScoringProcessor:
             raise
         self._metrics.written("ok").inc()
 
-    async def _publish_all(self, results: Sequence[EvaluationResult]) -> None:
+    def _publishable(
+        self,
+        fresh: list[EvaluationResult],
+        stored: StoredResult | None,
+        from_store: Sequence[EvaluationResult] = (),
+    ) -> tuple[list[EvaluationResult], bool]:
+        """The results to publish (`fresh`, then those read back from the store) and whether
+        they are redacted already: when the store's redaction is the results topic's, the
+        stored version stands in for the fresh result, so nothing is redacted twice."""
+        if not self._stored_is_published:
+            return [*fresh, *from_store], False
+        published = [stored.result] if fresh and stored is not None else []
+        return [*published, *from_store], True
+
+    async def _publish_all(
+        self, results: Sequence[EvaluationResult], redacted: bool = False
+    ) -> None:
         """Publish, unless the trace is no longer ours (its partition was revoked)."""
         if self._publisher is None or not results:
             return
         check_owned()
         if len(results) == 1:  # nearly always: no task for it
-            await self._publish(results[0])
+            await self._publish(results[0], redacted)
         else:
-            await asyncio.gather(*(self._publish(r) for r in results))
+            await asyncio.gather(*(self._publish(r, redacted) for r in results))
 
-    async def _publish(self, result: EvaluationResult) -> None:
+    async def _publish(self, result: EvaluationResult, redacted: bool) -> None:
         assert self._publisher is not None
-        if self._results_redactor is not None:
+        if self._results_redactor is not None and not redacted:
             result = redact_result(result, self._results_redactor)
         try:
             await self._publisher.publish(result)
