@@ -102,6 +102,7 @@ class ScoringMetrics:
         self.score_series = Children(self.scores)
         self.evaluation_series = Children(self.evaluations)
         self.flag_series = Children(self.flags)
+        self.statement_series = Children(self.statements)
         self.published = Children(self.results_published)
         self.written = Children(self.store_writes)
         self.rate_series = Children(self.effective_rate)
@@ -130,9 +131,9 @@ class ScoringMetrics:
             self.flag_series(agent, flag).inc()
         supported = sum(1 for s in result.statements if s.supported)
         if supported:
-            self.statements.labels(agent, evaluator, "supported").inc(supported)
+            self.statement_series(agent, evaluator, "supported").inc(supported)
         if len(result.statements) - supported:
-            self.statements.labels(agent, evaluator, "unsupported").inc(
+            self.statement_series(agent, evaluator, "unsupported").inc(
                 len(result.statements) - supported
             )
 
