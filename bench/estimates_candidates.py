@@ -301,8 +301,7 @@ def power_tuned(
 ) -> Estimate | None:
     """PPI++: the prediction scaled by the lambda at the vertex of the parabola through the
     estimated variance at lambda = 0, 1 and 2 (the variance the recording rules compute is
-    quadratic in lambda, from the same sums, while its floor at half the spread does not
-    bind), so PromQL could compute it too."""
+    quadratic in lambda, from the same sums), so PromQL could compute it too."""
     rows = list(zip(chosen, stream.unfaithful, predictions, stream.conversations, strict=True))
 
     def terms(scale: float) -> tuple[Terms, Terms]:
