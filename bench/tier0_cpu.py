@@ -21,7 +21,8 @@ about twofold, and the p50 of all falls between them.
 
 Each ``--tree DIR`` (a source tree, e.g. ``git archive`` of an older commit unpacked) is timed
 too, in its own processes; the trees take turns round by round so they share the machine's load,
-and the ratios between them are the figures to compare. Every process also prints a digest of
+and the ratios between them are the figures to compare (a tree as old as issue 26's start,
+dbcdfd7, is timed too, without the split by contexts read). Every process also prints a digest of
 every result it produced (latency aside): trees whose digests match scored every trace alike.
 Without ``--tree`` this checkout is timed.
 """
@@ -100,10 +101,14 @@ def dev_traces() -> list[tuple[str, Any]]:
     return traces
 
 
-def _contexts_read_before(evaluator: Any) -> Callable[[Any], bool]:
+def _contexts_read_before(evaluator: Any) -> Callable[[Any], bool] | None:
     """Whether every context of a trace has a reading kept from an earlier trace (none to
-    read): `stream`'s traces fall in two groups, those that read a new context and the rest."""
-    from monitor.evaluators import context_text
+    read): `stream`'s traces fall in two groups, those that read a new context and the rest.
+    None for a tree older than that cache (issue 26's start): its traces are not split."""
+    try:
+        from monitor.evaluators import context_text
+    except ImportError:
+        return None
 
     p = evaluator.params
     span = p.pair_span if p.pair_weight else 0
@@ -130,7 +135,8 @@ def worker(mode: str) -> dict[str, Any]:
     for language, trace in traces:
         if clear is not None:
             clear()
-        known[language].append(read_before(trace))
+        if read_before is not None:
+            known[language].append(read_before(trace))
         started = time.thread_time()
         result = evaluator.evaluate(trace)
         ms[language].append((time.thread_time() - started) * 1000.0)
@@ -186,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 digests.setdefault((tree, mode), set()).add(found["digest"])
                 for language, values in found["ms"].items():
                     ms.setdefault((tree, mode, language), []).extend(values)
-                    if mode == "stream":
+                    if mode == "stream" and found["known"][language]:
                         for value, known in zip(values, found["known"][language], strict=True):
                             split.setdefault((tree, language, not known), []).append(value)
     print(f"tier 0 CPU per trace (thread time, ms) on the dev traces, {args.rounds} processes "
