@@ -31,3 +31,14 @@ def test_agents_past_the_bound_are_not_tracked() -> None:
     assert traffic.count("b", 1.0) == 60.0
     assert traffic.count("c", 1.0) is None
     assert traffic.count("a", 2.0) == 120.0
+
+
+def test_scaled_counts_read_as_that_share_of_the_traffic_and_keep_counting() -> None:
+    """Halved at a rebalance, an hour of 600 traces reads 300 an hour at once, and traffic that
+    then comes at 300 an hour keeps reading 300 as the old minutes age out."""
+    traffic = AgentTraffic(max_agents=10)
+    for second in range(0, 3600 + 60, 6):  # 600 an hour, past one whole hour
+        traffic.count("a", second + 0.5)
+    traffic.scale(0.5)
+    readings = [traffic.count("a", 3660 + second + 0.5) for second in range(0, 3600, 12)]
+    assert readings == pytest.approx([300.0] * len(readings), rel=1e-3)

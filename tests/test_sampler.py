@@ -303,7 +303,9 @@ def test_a_replica_with_no_partition_has_no_floor() -> None:
 
 def test_a_change_of_share_takes_effect_on_the_next_trace() -> None:
     """A rebalance moves the share; the very next trace of the agent (a revision too, which is
-    not counted again) is drawn at the rate of the new share and records it."""
+    not counted again) is drawn at the rate of the new share and records it. The hour counted at
+    the old share is read at the new one (a quarter of the partitions: a quarter of the
+    traffic), so a quarter of the floor over a quarter of the traffic is the same rate."""
     clock = Clock()
     sampler = Sampler(SamplingConfig(rate=0.02, min_drawn_per_hour=60), clock=clock)
     quiet_hour(sampler, clock)
@@ -312,11 +314,34 @@ def test_a_change_of_share_takes_effect_on_the_next_trace() -> None:
     )
     sampler.set_input_share(0.25)
     revision = sampler.select(quiet_trace("a"), tier0(), count=False)
-    assert revision.selection.inclusion_probability == pytest.approx(60 * 0.25 / 300)
-    sampler.set_input_share(0.0)
-    assert sampler.select(quiet_trace("b"), tier0()).selection.inclusion_probability == 0.02
+    assert revision.selection.inclusion_probability == pytest.approx((60 * 0.25) / (300 * 0.25))
+    sampler.set_input_share(0.0)  # revoked: a trace still in hand, not counted, has no floor
+    revision = sampler.select(quiet_trace("a"), tier0(), count=False)
+    assert revision.selection.inclusion_probability == 0.02
     sampler.set_input_share(1.0)
-    # the third trace of minute 62: the hour's 300 still more than 3 scaled to an hour (180)
+    # the second trace counted in minute 62: the hour's 300 more than 2 scaled to an hour (120)
     assert sampler.select(quiet_trace("c"), tier0()).selection.inclusion_probability == (
         pytest.approx(0.2)
     )
+
+
+def test_after_a_replica_joins_the_two_draw_the_floor_from_the_first_minute() -> None:
+    """One replica held every partition for an hour of 600 traces (a floor of 60: a rate of
+    0.1); a second joins and each holds half. The first replica's next hour is 300 traces, of
+    which it must draw 30. Read at the new share, its counted hour asks 30 / 300 = 0.1 at once;
+    read as counted, it asked 30 / 600 = 0.05 and drew about 21 of the 30 in the hour after the
+    join, its rate rising only as the old minutes aged out."""
+    clock = Clock()
+    first = Sampler(SamplingConfig(rate=0.02, min_drawn_per_hour=60), clock=clock)
+    for minute in range(62):
+        for k in range(10):
+            clock.now = minute * 60 + (k + 0.5) * 6
+            first.count_traffic("quiet")
+    first.set_input_share(0.5)
+    drawn = 0.0  # the expected draw: the sum of each trace's inclusion probability
+    for minute in range(62, 122):
+        for k in range(5):
+            clock.now = minute * 60 + (k + 0.5) * 12
+            choice = first.select(quiet_trace(f"{minute}-{k}"), tier0())
+            drawn += choice.selection.inclusion_probability
+    assert drawn == pytest.approx(30.0, rel=0.02)

@@ -6,6 +6,9 @@ current minute's so far scaled to an hour when that is more (traffic that rises 
 within the minute; a new agent's first traces, counted so, read as little traffic). It depends
 on how many traces came and when, never on a trace's content or on its conversation's draw, so
 a rate derived from it keeps the draw a known-chance sample.
+
+`scale` re-reads the counts when the replica's share of the input changes (see
+monitor.evaluators.sampler): counts are then estimates, so they are floats.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ minute) are not yet read as a rate."""
 class _Minutes:
     first_seen: float
     current: int
-    count: int = 0
-    completed: deque[tuple[int, int]] = field(default_factory=deque)
-    completed_total: int = 0
+    count: float = 0.0
+    completed: deque[tuple[int, float]] = field(default_factory=deque)
+    completed_total: float = 0.0
 
     def advance(self, minute: int) -> None:
         if minute == self.current:
@@ -41,12 +44,17 @@ class _Minutes:
     def per_hour(self) -> float:
         """The larger of: the completed minutes of the last hour over the time they cover,
         scaled to an hour; the current minute's count scaled to an hour."""
-        current = self.count * float(WINDOW_MINUTES)
+        current = self.count * WINDOW_MINUTES
         start = max(self.first_seen, (self.current - WINDOW_MINUTES) * MINUTE)
         observed = self.current * MINUTE - start
         if observed < MIN_OBSERVED_SECONDS:
             return current
         return max(current, self.completed_total * (WINDOW_MINUTES * MINUTE / observed))
+
+    def scale(self, factor: float) -> None:
+        self.count *= factor
+        self.completed = deque((minute, count * factor) for minute, count in self.completed)
+        self.completed_total = sum(count for _, count in self.completed)
 
 
 class AgentTraffic:
@@ -68,3 +76,9 @@ class AgentTraffic:
         minutes.advance(minute)
         minutes.count += 1
         return minutes.per_hour()
+
+    def scale(self, factor: float) -> None:
+        """Every agent's counts times `factor`: the traffic as it would have been counted had
+        the replica read `factor` times as much of the input."""
+        for minutes in self._agents.values():
+            minutes.scale(factor)

@@ -23,7 +23,10 @@ traffic of the last hour would give fewer drawn traces at its rate gets the rate
 that many (up to 1). The floor is the deployment's: each replica counts only the traffic it
 consumes, so it asks for the floor times its share of the input (`set_input_share`: its
 partitions of the score stage's topics over all of them), and since conversations hash evenly
-over the partitions the replicas together draw about the floor. The rate follows the agent's
+over the partitions the replicas together draw about the floor. For the same reason a replica's
+traffic follows its share: when the share changes (a rebalance), the traffic it counted is
+re-read at the new share (times new / old), so the rate does not lag the assignment by the
+hour its counts cover. The rate follows the agent's
 traffic (monitor.evaluators.agent_traffic) and the replica's share, never a trace's own content
 or draw, and each trace records the rate it was drawn at, so the estimates weigh it as they
 weigh any other rate.
@@ -95,6 +98,7 @@ class Sampler:
         )
         self._per_hour: dict[str, float] = {}  # each tracked agent's traffic, last counted
         self._input_share = 1.0
+        self._counted_share = 1.0  # the share the traffic was counted at
 
     @property
     def input_share(self) -> float:
@@ -102,8 +106,24 @@ class Sampler:
 
     def set_input_share(self, share: float) -> None:
         """This replica's share of the input it scores, in [0, 1] (1 alone, 0 with no partition
-        assigned): its floor is `sampling.min_drawn_per_hour` times it, from the next trace on."""
-        self._input_share = min(1.0, max(0.0, share))
+        assigned): its floor is `sampling.min_drawn_per_hour` times it, from the next trace on.
+
+        The traffic counted so far is re-read at the new share: a replica that goes from all
+        the partitions to half of them will see half the traffic from now on, and its floor is
+        halved, so its rate stays (read from the old counts as they were, it would halve, and
+        rise back only as the hour's counts aged). A share of 0 (between a revocation and the
+        next assignment) reads nothing and changes no count; the next share is compared with
+        the last one traffic was counted at."""
+        share = min(1.0, max(0.0, share))
+        self._input_share = share
+        if share == 0.0:
+            return
+        if share != self._counted_share:
+            factor = share / self._counted_share
+            if self._traffic is not None:
+                self._traffic.scale(factor)
+            self._per_hour = {agent: rate * factor for agent, rate in self._per_hour.items()}
+        self._counted_share = share
 
     def configured_rate(self, agent: str) -> float:
         return self.config.agent_rates.get(agent, self.config.rate)
