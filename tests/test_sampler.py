@@ -325,7 +325,7 @@ def test_a_change_of_share_takes_effect_on_the_next_trace() -> None:
     )
 
 
-def test_after_a_replica_joins_the_two_draw_the_floor_from_the_first_minute() -> None:
+def test_after_a_replica_joins_the_first_keeps_drawing_its_share_of_the_floor() -> None:
     """One replica held every partition for an hour of 600 traces (a floor of 60: a rate of
     0.1); a second joins and each holds half. The first replica's next hour is 300 traces, of
     which it must draw 30. Read at the new share, its counted hour asks 30 / 300 = 0.1 at once;
