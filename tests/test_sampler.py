@@ -6,10 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from aiokafka.structs import TopicPartition
 
 from monitor.config.scoring import SamplingConfig
 from monitor.evaluators.sampler import Sampler
 from monitor.models import Context, EvaluationResult, Feedback, Score, Trace
+from monitor.sources.kafka import partition_share
 from tests.support.clock import Clock
 from tests.support.traces import FIXED_TIME, make_trace
 
@@ -345,3 +347,34 @@ def test_after_a_replica_joins_the_first_keeps_drawing_its_share_of_the_floor() 
             choice = first.select(quiet_trace(f"{minute}-{k}"), tier0())
             drawn += choice.selection.inclusion_probability
     assert drawn == pytest.approx(30.0, rel=0.02)
+
+
+def test_replicas_draw_the_floor_together_however_the_traffic_splits_over_their_topics() -> None:
+    """The scoring group reads a native topic of 3 partitions, which carries all the traffic
+    (900 traces an hour), and an assembled-traces topic of 12, idle. One replica holds two
+    native partitions and 6 assembled ones (a share of 8/15) and sees 600 traces an hour; the
+    other holds one and 6 (7/15) and sees 300. Their shares are not their parts of the traffic,
+    but each draws floor x share an hour from whatever it sees (32 and 28), so together they
+    draw the floor, 60, as the shares sum to one."""
+    partitions = {"in": range(3), "assembled": range(12)}
+    halves = {TopicPartition("assembled", p) for p in range(0, 12, 2)}
+    held = [
+        {TopicPartition("in", 0), TopicPartition("in", 2)} | halves,
+        {TopicPartition("in", 1)} | {TopicPartition("assembled", p) for p in range(1, 12, 2)},
+    ]
+    per_minute = [10, 5]  # 900 an hour, split as the native partitions held
+    drawn = []
+    for owned, traces in zip(held, per_minute, strict=True):
+        clock = Clock()
+        sampler = Sampler(SamplingConfig(rate=0.02, min_drawn_per_hour=60), clock=clock)
+        sampler.set_input_share(partition_share(owned, partitions))
+        expected = 0.0
+        for minute in range(122):
+            for k in range(traces):
+                clock.now = minute * 60 + (k + 0.5) * 60 / traces
+                choice = sampler.select(quiet_trace(f"{minute}-{k}"), tier0())
+                if minute >= 62:  # the second hour, the first known whole
+                    expected += choice.selection.inclusion_probability
+        drawn.append(expected)
+    assert drawn == pytest.approx([60 * 8 / 15, 60 * 7 / 15], rel=0.02)
+    assert sum(drawn) == pytest.approx(60.0, rel=0.02)
