@@ -62,6 +62,12 @@ from monitor.stages.ports import Assembled, AssembledOutput, SplitMessage
 from monitor.stages.reject import Rejecter, in_input_format
 from monitor.typing import WholeTraceCheck
 
+RELEASE_CHUNK = 256
+"""Traces mapped and handed on at a time when many are due at once (a settle interval's worth
+at a high rate), or `kafka.max_in_flight` if less: the next chunk is mapped once the output
+has room for this one. Handed on whole, a second's worth of traces would exceed the in-flight
+bound (the scoring stage admits a batch larger than its room once nothing else is in flight)."""
+
 log = structlog.get_logger(__name__)
 
 # Mapping failures that content still to come as log records can cure.
@@ -132,6 +138,7 @@ class AssembleStage:
         self._flush_at_drain = flush_at_drain
         self._read_before = read_before
         self._max_spans = kafka.otlp_max_spans_per_trace
+        self._release_chunk_size = min(RELEASE_CHUNK, kafka.max_in_flight)
         self._rebalancing = False
         self._shedding = CountedWarning(
             log,
@@ -294,6 +301,13 @@ class AssembleStage:
         await self._release(self._assembler.flush(now), now, final=True)
 
     async def _release(
+        self, releases: list[Release[PartToken]], now: float, final: bool = False
+    ) -> None:
+        size = self._release_chunk_size
+        for start in range(0, len(releases), size):
+            await self._release_chunk(releases[start : start + size], now, final)
+
+    async def _release_chunk(
         self, releases: list[Release[PartToken]], now: float, final: bool = False
     ) -> None:
         traces: list[Assembled] = []
