@@ -94,7 +94,7 @@ class ScoreStage:
         self._max_in_flight = max_in_flight
         self._in_flight = 0
         self._capacity = asyncio.Event()
-        self._waiting = False
+        self._waiting = 0  # the size of the batch waiting for room, if any
         self._tasks: set[asyncio.Task[None]] = set()
         # The last batch's work per conversation, which the next batch's work of it waits for.
         self._tails: dict[str, asyncio.Future[None]] = {}
@@ -178,16 +178,20 @@ class ScoreStage:
     @property
     def waiting_for_capacity(self) -> bool:
         """Reading is paused because `max_in_flight` traces are unfinished (backpressure)."""
-        return self._waiting
+        return self._waiting > 0
+
+    def _fits(self, count: int) -> bool:
+        """`count` more traces fit under `max_in_flight` (any batch, once nothing is in flight)."""
+        return not self._in_flight or self._in_flight + count <= self._max_in_flight
 
     async def _dispatch(self, work: list[_Work]) -> None:
-        while self._in_flight and self._in_flight + len(work) > self._max_in_flight:
+        while not self._fits(len(work)):
             self._capacity.clear()
-            self._waiting = True
+            self._waiting = len(work)
             try:
                 await self._capacity.wait()
             finally:
-                self._waiting = False
+                self._waiting = 0
         self._in_flight += len(work)
         self._metrics.in_flight.set(self._in_flight)
         task = asyncio.create_task(self._process_batch(work))
@@ -261,7 +265,8 @@ class ScoreStage:
     def _release(self, count: int) -> None:
         self._in_flight -= count
         self._metrics.in_flight.set(self._in_flight)
-        self._capacity.set()
+        if self._waiting and self._fits(self._waiting):  # not a wake-up per finished trace
+            self._capacity.set()
 
     async def _process(self, item: _Work) -> None:
         """Process one trace and finish its messages, unless it was cancelled (shutdown) or a
