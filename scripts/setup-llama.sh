@@ -34,6 +34,13 @@ cmake_flags=(
     -DLLAMA_BUILD_UI=OFF
     -DLLAMA_USE_PREBUILT_UI=OFF
     -DLLAMA_OPENSSL=OFF
+    # Not -march=native: a cache or image built on one host's CPU died with an invalid opcode
+    # (SIGILL in libggml-cpu) on another; AVX2 and FMA are on every x86-64 host this runs on.
+    -DGGML_NATIVE=OFF
+    -DGGML_AVX=ON
+    -DGGML_AVX2=ON
+    -DGGML_FMA=ON
+    -DGGML_F16C=ON
 )
 recipe="${llama_cpp_python_version} ${gemma_package_version} ${cmake_flags[*]}"
 
