@@ -6,9 +6,9 @@ the traces it carried are processed, deliberately skipped or dead-lettered, so c
 never pass unfinished work. Only a fault of the trace itself dead-letters it (`monitor.faults`):
 a store or broker that is away holds the trace (the sinks retry; here it is processed again
 until it goes through), and a trace whose partition was revoked is left for the next owner,
-which reads it again. A fetched batch is decoded at once and handed to one task; at most
-`max_in_flight` traces are unfinished at a time, beyond which reading waits (the cheap stages
-keep up; the costly judge sheds load on its own).
+which reads it again. A fetched batch is decoded at once and handed to one task per piece of at
+most `max_in_flight` traces; at most that many are unfinished at a time, beyond which reading
+waits (the cheap stages keep up; the costly judge sheds load on its own).
 
 Traces of one conversation are processed one at a time, in the order of their start (within a
 batch; across batches in the order read), while different conversations run concurrently. A
@@ -181,22 +181,30 @@ class ScoreStage:
         return self._waiting > 0
 
     def _fits(self, count: int) -> bool:
-        """`count` more traces fit under `max_in_flight` (any batch, once nothing is in flight)."""
-        return not self._in_flight or self._in_flight + count <= self._max_in_flight
+        """`count` more traces fit under `max_in_flight`."""
+        return self._in_flight + count <= self._max_in_flight
 
     async def _dispatch(self, work: list[_Work]) -> None:
-        while not self._fits(len(work)):
-            self._capacity.clear()
-            self._waiting = len(work)
-            try:
-                await self._capacity.wait()
-            finally:
-                self._waiting = 0
-        self._in_flight += len(work)
-        self._metrics.in_flight.set(self._in_flight)
-        task = asyncio.create_task(self._process_batch(work))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Start the batch's work in pieces of at most `max_in_flight` traces, each once it fits
+        (a fetch or a release can hold more than the bound). A conversation's traces are kept
+        in turn order across the pieces, and a later piece's work of it waits for the earlier's."""
+        bound = self._max_in_flight
+        if len(work) > bound:
+            work = _by_conversation(work)
+        for start in range(0, len(work), bound):
+            piece = work[start : start + bound]
+            while not self._fits(len(piece)):
+                self._capacity.clear()
+                self._waiting = len(piece)
+                try:
+                    await self._capacity.wait()
+                finally:
+                    self._waiting = 0
+            self._in_flight += len(piece)
+            self._metrics.in_flight.set(self._in_flight)
+            task = asyncio.create_task(self._process_batch(piece))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _process_batch(self, work: list[_Work]) -> None:
         # Concurrent across conversations (the sinks are I/O-bound), through a few workers
@@ -351,3 +359,16 @@ class ScoreStage:
                 return False
             await asyncio.wait(set(self._tasks), timeout=remaining)
         return True
+
+
+def _by_conversation(work: list[_Work]) -> list[_Work]:
+    """The work grouped by conversation (in order of each one's first trace), each group in
+    turn order."""
+    groups: dict[str, list[_Work]] = {}
+    for item in work:
+        groups.setdefault(item.trace.partition_key, []).append(item)
+    return [
+        item
+        for items in groups.values()
+        for item in sorted(items, key=lambda w: turn_order_key(w.trace))
+    ]
