@@ -219,6 +219,17 @@ class Topics:
         await create_topics(self.bootstrap, inputs, partitions=PARTITIONS)
         await create_topics(self.bootstrap, [self.dlq])
 
+    async def produce_native(self, turns: list[Turn]) -> list[tuple[bytes, bytes]]:
+        """`turns` as native traces on the scored native topic, keyed by conversation."""
+        natives = await as_native(turns)
+        await produce(
+            self.bootstrap,
+            self.scored_native,
+            [v for _, v in natives],
+            keys=[k for k, _ in natives],
+        )
+        return natives
+
     def settings(self, topics: list[str], otlp: bool = False, single: bool = False) -> Settings:
         kafka: dict[str, Any] = {"format": "auto"}
         if otlp:
@@ -360,10 +371,7 @@ async def measure(
         )
     turns = _turns(scored_traces)
     exports = otlp_exports(turns)
-    natives = await as_native(turns)
-    await produce(
-        bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
-    )
+    natives = await topics.produce_native(turns)
     await produce(bootstrap, topics.otlp, exports)
     sizes = sorted(len(p) for p in payloads)
     print(

@@ -30,11 +30,10 @@ _tree = os.environ.get("RAGMON_BENCH_TREE")
 sys.path[:0] = [str(Path(_tree).resolve())] if _tree else []
 sys.path.insert(1 if _tree else 0, str(REPO))
 
-from bench.ingest import Topics, _turns, as_native  # noqa: E402
+from bench.ingest import Topics, _turns  # noqa: E402
 from bench.scored_rate import scored  # noqa: E402
 from monitor import daemon as daemon_module  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
-from tests.support.kafka_io import produce  # noqa: E402
 
 
 class Collections:
@@ -61,10 +60,7 @@ async def measure(bootstrap: str, count: int, collections: Collections) -> tuple
     """The run's traces/s (burst) and CPU per trace (ms)."""
     topics = Topics(bootstrap)
     await topics.create()
-    natives = await as_native(_turns(count))
-    await produce(
-        bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
-    )
+    await topics.produce_native(_turns(count))
 
     def attach() -> None:
         collections.on = True

@@ -43,11 +43,10 @@ sys.path.insert(0, str(REPO))
 
 import aiosqlite  # noqa: E402
 
-from bench.ingest import Topics, _turns, as_native  # noqa: E402
+from bench.ingest import Topics, _turns  # noqa: E402
 from bench.scored_rate import scored  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
 from monitor.sinks import store as store_module  # noqa: E402
-from tests.support.kafka_io import produce  # noqa: E402
 
 
 class Counts:
@@ -200,10 +199,7 @@ def instrument(counts: Counts) -> None:
 async def measure(bootstrap: str, count: int, results: bool) -> None:
     topics = Topics(bootstrap)
     await topics.create()
-    natives = await as_native(_turns(count))
-    await produce(
-        bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
-    )
+    await topics.produce_native(_turns(count))
     counts = Counts()
     instrument(counts)
     sqlite = SqliteThreads()

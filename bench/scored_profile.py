@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ingest import Topics, _turns, as_native, otlp_exports  # noqa: E402
+from bench.ingest import Topics, _turns, otlp_exports  # noqa: E402
 from bench.pyspy_raw import stacks as read_stacks  # noqa: E402
 from bench.scored_loop import SqliteThreads  # noqa: E402
 from bench.scored_rate import scored  # noqa: E402
@@ -148,10 +148,7 @@ async def measure(
         await produce(bootstrap, topics.otlp, otlp_exports(turns))
         settings = topics.settings([], otlp=True, single=True)
     else:
-        natives = await as_native(turns)
-        await produce(
-            bootstrap, topics.scored_native, [v for _, v in natives], keys=[k for k, _ in natives]
-        )
+        await topics.produce_native(turns)
         settings = topics.settings([topics.scored_native])
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     profiler: list[subprocess.Popen[bytes]] = []
