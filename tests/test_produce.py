@@ -29,6 +29,7 @@ from monitor.models import EvaluationResult, Score, StatementVerdict
 from monitor.retry import FailingCalls
 from monitor.sinks.deadletter import KafkaDeadLetters
 from monitor.sinks.produce import (
+    BATCH_BYTES,
     RECORD_OVERHEAD_BYTES,
     ProduceRejected,
     classify,
@@ -109,7 +110,14 @@ def test_failures_are_sorted_into_what_the_writer_can_do_about_them() -> None:
 
 
 def test_producers_take_a_record_as_large_as_the_largest_message_plus_headers() -> None:
-    assert producer_limits(1_048_576) == {"max_request_size": 1_048_576 + RECORD_OVERHEAD_BYTES}
+    assert producer_limits(1_048_576)["max_request_size"] == 1_048_576 + RECORD_OVERHEAD_BYTES
+
+
+def test_producers_batch_no_more_than_a_topic_takes_as_one_message() -> None:
+    """A broker checks a whole batch against the topic's `max.message.bytes`: a batch of small
+    records larger than a message may be would be refused as too large, each record in it."""
+    assert producer_limits(1_048_576)["max_batch_size"] == BATCH_BYTES
+    assert producer_limits(4_096)["max_batch_size"] == 4_096
 
 
 def test_fit_value_keeps_the_longest_head_that_fits() -> None:

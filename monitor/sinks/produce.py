@@ -59,6 +59,7 @@ from monitor.retry import PRODUCE_BACKOFF, FailingCalls, Operation, RetryMetrics
 from monitor.sinks.topics import require_topic
 
 __all__ = [
+    "BATCH_BYTES",
     "RECORD_OVERHEAD_BYTES",
     "FailureKind",
     "ProduceRejected",
@@ -72,6 +73,12 @@ __all__ = [
 RECORD_OVERHEAD_BYTES = 64 * 1024
 """Room above `kafka.max_message_bytes` for what the daemon adds to a record (headers, the
 re-encoding of a part) in its producers' `max_request_size` and its topics' `max.message.bytes`."""
+
+BATCH_BYTES = 256 * 1024
+"""The most a producer gathers for one partition in a batch (when `kafka.max_message_bytes` is
+not smaller). aiokafka keeps a single open batch per partition, and a send that finds it full
+waits until the batch is on its way to the broker: at its default (16 KiB, about six results)
+the results producer held up the scoring of every few traces (bench/producer_batch.py)."""
 
 FailureKind = Literal["transient", "too_large", "fatal"]
 
@@ -137,8 +144,12 @@ def producer_limits(max_message_bytes: int) -> dict[str, Any]:
     """The size settings every producer of the daemon takes: a record as large as the biggest
     input message, with room for what the daemon adds (aiokafka's default `max_request_size`,
     1 MiB, is exactly the default `kafka.max_message_bytes`: a dead letter of a message at
-    the limit would never fit)."""
-    return {"max_request_size": max_message_bytes + RECORD_OVERHEAD_BYTES}
+    the limit would never fit); batches of `BATCH_BYTES`, never more than a message may be, since
+    a broker checks a whole batch against its topic's `max.message.bytes`."""
+    return {
+        "max_request_size": max_message_bytes + RECORD_OVERHEAD_BYTES,
+        "max_batch_size": min(BATCH_BYTES, max_message_bytes),
+    }
 
 
 Headers = Sequence[tuple[str, bytes]]
@@ -180,10 +191,9 @@ class TopicProducer:
     ) -> None:
         self.topic = topic
         self.setting = setting
-        self.max_request_size: int = producer_limits(max_message_bytes)["max_request_size"]
-        self.producer = AIOKafkaProducer(
-            acks="all", max_request_size=self.max_request_size, **options, **producer_kwargs
-        )
+        limits = producer_limits(max_message_bytes)
+        self.max_request_size: int = limits["max_request_size"]
+        self.producer = AIOKafkaProducer(acks="all", **limits, **options, **producer_kwargs)
         self._closed = False
         self.retry = RetryPolicy(
             operation,
