@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from monitor.config import Settings
 from monitor.daemon import Daemon, SourceSpec
 from tests.support.kafka_broker import KafkaBroker
 from tests.support.kafka_io import create_topics, produce
@@ -31,6 +32,17 @@ pytestmark = [pytest.mark.kafka]
 TURNS = 400
 MAX_IN_FLIGHT = 50
 TURNS_PER_EXPORT = 20
+
+
+async def _peak_in_flight_scoring_all(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> float:
+    """Run a daemon until it has scored all `TURNS`; the most traces it held in flight."""
+    daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
+    peak = _recording_peak(daemon, monkeypatch)
+    running = RunningDaemon(daemon)
+    await running.started()
+    await wait_for(lambda: _processed_ok(daemon) == TURNS, 120, f"{TURNS} traces scored", 0.2)
+    assert await running.stop() == 0
+    return peak[0]
 
 
 def _recording_peak(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> list[float]:
@@ -92,13 +104,7 @@ async def test_traces_due_at_once_are_handed_on_within_the_in_flight_bound(
             "otlp_assembly_settle_seconds": 1.0,
         },
     )
-    daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
-    peak = _recording_peak(daemon, monkeypatch)
-    running = RunningDaemon(daemon)
-    await running.started()
-    await wait_for(lambda: _processed_ok(daemon) == TURNS, 120, "every turn scored", 0.2)
-    assert await running.stop() == 0
-    assert 0 < peak[0] <= MAX_IN_FLIGHT
+    assert 0 < await _peak_in_flight_scoring_all(settings, monkeypatch) <= MAX_IN_FLIGHT
 
 
 async def test_a_native_fetch_larger_than_the_bound_is_admitted_in_pieces(
@@ -118,10 +124,4 @@ async def test_a_native_fetch_larger_than_the_bound_is_admitted_in_pieces(
         tmp_path / "results.db",
         kafka={"max_in_flight": MAX_IN_FLIGHT, "fetch_max_records": 500},
     )
-    daemon = Daemon(settings, SourceSpec("kafka"), registry=CollectorRegistry())
-    peak = _recording_peak(daemon, monkeypatch)
-    running = RunningDaemon(daemon)
-    await running.started()
-    await wait_for(lambda: _processed_ok(daemon) == TURNS, 120, "every trace scored", 0.2)
-    assert await running.stop() == 0
-    assert 0 < peak[0] <= MAX_IN_FLIGHT
+    assert 0 < await _peak_in_flight_scoring_all(settings, monkeypatch) <= MAX_IN_FLIGHT
