@@ -10,12 +10,11 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from monitor.models import EvaluationResult, Score, StatementVerdict
 from monitor.sinks.results import STATEMENTS_OMITTED, ResultsPublisher
 from tests.support.kafka_broker import KafkaBroker
-from tests.support.kafka_io import create_topics
+from tests.support.kafka_io import create_topics, read_all
 
 pytestmark = [pytest.mark.kafka]
 
@@ -45,22 +44,10 @@ async def test_results_sent_at_once_to_a_topic_with_a_small_message_limit_keep_t
     async with publisher:
         await asyncio.gather(*(publisher.publish(_result(n)) for n in range(RESULTS)))
 
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=kafka_broker.bootstrap, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        published: list[EvaluationResult] = []
-        while len(published) < RESULTS:
-            batches = await consumer.getmany(timeout_ms=5_000)
-            assert batches, f"only {len(published)} of {RESULTS} results on the topic"
-            published += [
-                EvaluationResult.model_validate_json(m.value or b"")
-                for messages in batches.values()
-                for m in messages
-            ]
-    finally:
-        await consumer.stop()
+    published = [
+        EvaluationResult.model_validate_json(record.value or b"")
+        for record in await read_all(kafka_broker.bootstrap, topic, RESULTS)
+    ]
     assert sorted(r.trace_id for r in published) == sorted(f"t-{n}" for n in range(RESULTS))
     omitted = [r.trace_id for r in published if STATEMENTS_OMITTED in r.flags]
     assert omitted == [], "each result fits the topic alone; none may lose its statements"

@@ -190,7 +190,7 @@ class ScoreStage:
         in turn order across the pieces, and a later piece's work of it waits for the earlier's."""
         bound = self._max_in_flight
         if len(work) > bound:
-            work = _by_conversation(work)
+            work = [item for items in _by_conversation(work).values() for item in items]
         for start in range(0, len(work), bound):
             piece = work[start : start + bound]
             while not self._fits(len(piece)):
@@ -211,15 +211,10 @@ class ScoreStage:
         # rather than a task per trace: task creation would cost more than the decoding. One
         # conversation's traces run in one worker, in start order, after the conversation's
         # traces of earlier batches.
-        groups: dict[str, list[_Work]] = {}
-        for item in work:
-            groups.setdefault(item.trace.partition_key, []).append(item)
         loop = asyncio.get_running_loop()
         chained: list[tuple[str, list[_Work], asyncio.Future[None] | None, asyncio.Future[None]]]
         chained = []
-        for key, items in groups.items():
-            if len(items) > 1:
-                items.sort(key=lambda w: turn_order_key(w.trace))
+        for key, items in _by_conversation(work).items():
             done: asyncio.Future[None] = loop.create_future()
             chained.append((key, items, self._tails.get(key), done))
             self._tails[key] = done
@@ -361,14 +356,12 @@ class ScoreStage:
         return True
 
 
-def _by_conversation(work: list[_Work]) -> list[_Work]:
-    """The work grouped by conversation (in order of each one's first trace), each group in
-    turn order."""
+def _by_conversation(work: list[_Work]) -> dict[str, list[_Work]]:
+    """The work per conversation (in order of each one's first trace), each in turn order."""
     groups: dict[str, list[_Work]] = {}
     for item in work:
         groups.setdefault(item.trace.partition_key, []).append(item)
-    return [
-        item
-        for items in groups.values()
-        for item in sorted(items, key=lambda w: turn_order_key(w.trace))
-    ]
+    for items in groups.values():
+        if len(items) > 1:
+            items.sort(key=lambda w: turn_order_key(w.trace))
+    return groups
