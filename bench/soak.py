@@ -6,6 +6,8 @@ subprocess, then produces native traces at a steady rate (conversations of five 
 conversations keep starting and ending) and samples the daemon every --interval seconds:
 
 - resident memory (VmRSS from /proc/PID/status), threads and open file descriptors;
+- the daemon's CPU per trace processed over the interval (every thread, /proc/PID/stat): what a
+  steady rate costs, where `bench/ingest.py` times a backlog;
 - asyncio tasks (a gauge the soak adds to the child's /metrics: `ragmon_soak_asyncio_tasks`);
 - from /metrics: ragmon_in_flight_traces, ragmon_judge_queue_depth,
   ragmon_conversations_active, ragmon_kafka_consumer_lag_messages (summed), traces processed.
@@ -79,6 +81,7 @@ class Row:
     lag: float
     processed: float
     rate: float
+    cpu_ms: float
 
 
 COLUMNS = [
@@ -93,6 +96,7 @@ COLUMNS = [
     ("lag", "lag", "{:>6.0f}"),
     ("processed", "processed", "{:>9.0f}"),
     ("rate", "traces/s", "{:>8.1f}"),
+    ("cpu_ms", "CPU ms/trace", "{:>12.2f}"),
 ]
 
 # Series judged for flatness: (attribute, absolute tolerance, relative tolerance, statistic).
@@ -119,6 +123,12 @@ def _proc_status(pid: int) -> tuple[float, int]:
     return rss_kib / 1024, threads
 
 
+def _cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far, every thread, user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _flatness(rows: list[Row], warmup: float) -> list[tuple[str, bool, str]]:
     steady = [r for r in rows if r.seconds >= warmup]
     if len(steady) < 4:
@@ -143,7 +153,8 @@ async def _topics(bootstrap: str, prefix: str) -> None:
     await create_topics(bootstrap, [f"{prefix}.dlq"])
 
 
-def soak(args: argparse.Namespace, bootstrap: str) -> int:
+def soak(args: argparse.Namespace, bootstrap: str, rows: list[Row] | None = None) -> int:
+    """One soak run against `bootstrap`; its samples are appended to `rows` when given."""
     from tests.support.faults import (
         DaemonProcess,
         SteadyProducer,
@@ -176,7 +187,7 @@ def soak(args: argparse.Namespace, bootstrap: str) -> int:
             )
         )
 
-    rows: list[Row] = []
+    rows = [] if rows is None else rows
     with OpenAIServer(script=judge_latency) as judge:
         daemon = DaemonProcess(
             {
@@ -206,7 +217,7 @@ def soak(args: argparse.Namespace, bootstrap: str) -> int:
             daemon.wait_ready(120)
             producer.start()
             started = time.monotonic()
-            last_processed, last_at = 0.0, started
+            last_processed, last_at, last_cpu = 0.0, started, _cpu_seconds(daemon.pid)
             header = " ".join(f"{title:>{len(fmt.format(0))}}" for _, title, fmt in COLUMNS)
             print(f"rate {args.rate}/s, judge sampling {args.judge_rate}, {args.seconds:.0f} s")
             print(header)
@@ -216,6 +227,7 @@ def soak(args: argparse.Namespace, bootstrap: str) -> int:
                 m = daemon.metrics()
                 rss, threads = _proc_status(daemon.pid)
                 processed = metric_value(m, "ragmon_traces_processed_total")
+                cpu = _cpu_seconds(daemon.pid)
                 row = Row(
                     seconds=now - started,
                     rss_mib=rss,
@@ -228,8 +240,9 @@ def soak(args: argparse.Namespace, bootstrap: str) -> int:
                     lag=metric_value(m, "ragmon_kafka_consumer_lag_messages"),
                     processed=processed,
                     rate=(processed - last_processed) / (now - last_at),
+                    cpu_ms=1000 * (cpu - last_cpu) / max(processed - last_processed, 1),
                 )
-                last_processed, last_at = processed, now
+                last_processed, last_at, last_cpu = processed, now, cpu
                 rows.append(row)
                 print(" ".join(fmt.format(getattr(row, attr)) for attr, _, fmt in COLUMNS))
                 sys.stdout.flush()

@@ -80,6 +80,8 @@ def test_check_config_masks_secrets(tmp_path: Path) -> None:
         ("", {"RAGMON_SAMPLING__RATE": "nan"}, "sampling.rate"),
         ("", {"RAGMON_JUDGE__TIMEOUT_SECONDS": "inf"}, "judge.timeout_seconds"),
         ("", {"RAGMON_CONVERSATIONS__IDLE_SECONDS": "Infinity"}, "conversations.idle_seconds"),
+        # an idle partition's fetch is answered only after the wait: /readyz would flap
+        ("", {"RAGMON_KAFKA__FETCH_MAX_WAIT_MS": "3000"}, "fetch_max_wait_ms"),
     ],
 )
 def test_an_invalid_config_names_the_field_and_exits_non_zero(

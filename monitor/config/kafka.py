@@ -50,6 +50,18 @@ class KafkaConfig(Section):
     max_message_bytes: int = Field(default=1_048_576, gt=0)
     max_in_flight: int = Field(default=1000, gt=0, description="unfinished traces held at once")
     fetch_max_records: int = Field(default=500, gt=0)
+    fetch_min_bytes: int = Field(
+        default=65_536,
+        gt=0,
+        description="the broker holds a fetch until this much is ready, or fetch_max_wait_ms: "
+        "at a steady rate the traces arriving meanwhile are read and scored together",
+    )
+    fetch_max_wait_ms: int = Field(
+        default=500,
+        gt=0,
+        description="longest the broker holds a fetch for fetch_min_bytes (the most it adds to "
+        "a trace's latency)",
+    )
     commit_interval_seconds: float = Field(default=5.0, gt=0)
     session_timeout_ms: int = Field(default=30_000, gt=0)
     heartbeat_interval_ms: int = Field(default=3_000, gt=0)
@@ -211,6 +223,18 @@ class KafkaConfig(Section):
                 f"stuck_seconds ({self.stuck_seconds:g}) must be longer than "
                 f"otlp_assembly_max_seconds + otlp_late_span_grace_seconds ({waits:g}): "
                 "a trace may wait that long for its spans"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_fetch_wait(self) -> KafkaConfig:
+        # A broker answers an idle consumer's fetch only after fetch_max_wait_ms: a wait near
+        # the readiness limit would fail /readyz on every quiet partition.
+        if self.fetch_max_wait_ms * 2 > self.ready_fetch_stale_seconds * 1000:
+            raise ValueError(
+                f"fetch_max_wait_ms ({self.fetch_max_wait_ms}) must be at most half of "
+                f"ready_fetch_stale_seconds ({self.ready_fetch_stale_seconds:g} s): an idle "
+                "partition's fetch is answered only after that wait"
             )
         return self
 

@@ -103,6 +103,8 @@ class KafkaSource:
             auto_offset_reset=config.auto_offset_reset,
             max_partition_fetch_bytes=max(config.max_message_bytes * 2, 1_048_576),
             fetch_max_bytes=max(config.max_message_bytes * 4, 52_428_800),
+            fetch_min_bytes=config.fetch_min_bytes,
+            fetch_max_wait_ms=config.fetch_max_wait_ms,
             session_timeout_ms=config.session_timeout_ms,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             max_poll_interval_ms=config.max_poll_interval_ms,
@@ -162,8 +164,8 @@ class KafkaSource:
         before the first answer after an assignment.
 
         aiokafka's fetcher asks for every assigned partition without buffered records about
-        every ``fetch_max_wait_ms`` (0.5 s), records or not, so on a healthy connection this stays
-        under a second. It grows while the connection is stalled (nothing fails until the
+        every ``kafka.fetch_max_wait_ms`` (500 ms), records or not, so on a healthy connection
+        this stays under a second. It grows while the connection is stalled (nothing fails until the
         40 s request timeout) -- and while buffered records wait for the daemon to read them,
         which the caller must tell apart (backpressure).
         """
