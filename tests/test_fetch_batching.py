@@ -66,8 +66,9 @@ async def test_a_trickle_is_read_in_fetches_of_several_and_a_lone_trace_within_t
 ) -> None:
     """Defaults (64 KiB, 500 ms): the second of traffic comes in a few fetches, about half a
     second's worth each; with `fetch_min_bytes` 1 (aiokafka's default) the broker answers each
-    message alone, which is what made a steady rate cost twice the CPU a trace. Either way a
-    lone message is read within the wait, plus the round trips."""
+    message alone, which is what made a steady rate cost 1.5-2.8 times the CPU a trace (10-300
+    traces/s, `bench/steady_cpu.py`). Either way a lone message is read within the wait, plus the
+    round trips."""
     batched, plain = f"{topic_prefix}.batched", f"{topic_prefix}.plain"
     await create_topics(kafka_broker.bootstrap, [batched, plain], partitions=1)
     sizes, lone_latency = await _read(kafka_broker.bootstrap, batched)
