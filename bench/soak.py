@@ -42,9 +42,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 REPO = Path(__file__).resolve().parents[1]
+# RAGMON_BENCH_TREE=DIR: the daemon's `monitor` from another checkout (what
+# `bench/steady_cpu.py --setting NAME=RAGMON_BENCH_TREE=DIR` compares)
+_tree = os.environ.get("RAGMON_BENCH_TREE")
+sys.path[:0] = [str(Path(_tree).resolve())] if _tree else []
+sys.path.insert(1 if _tree else 0, str(REPO))
 
 
 def _child() -> int:

@@ -9,7 +9,11 @@ store, results topic, no judge unless `--judge-rate`) on one test broker at each
 setting, taking turns, and prints the daemon's CPU per trace processed (every thread,
 /proc/PID/stat) as the median of the samples after the first: by default aiokafka's fetch
 defaults (`fetch_min_bytes` 1: the broker answers each trace alone) against the daemon's
-(`kafka.fetch_min_bytes` 64 KiB, `kafka.fetch_max_wait_ms` 500 ms).
+(`kafka.fetch_min_bytes` 64 KiB, `kafka.fetch_max_wait_ms` 500 ms). A setting may name another
+checkout for the daemon's code, so trees take turns on the same broker:
+
+    python bench/steady_cpu.py --rates 20 --judge-rate 1 --rounds 2 \
+        --setting before=RAGMON_BENCH_TREE=/tmp/before --setting now=
 """
 
 from __future__ import annotations
