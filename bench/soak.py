@@ -285,6 +285,8 @@ def soak(args: argparse.Namespace, bootstrap: str, rows: list[Row] | None = None
 def main() -> None:
     if "--child" in sys.argv[1:]:
         sys.exit(_child())
+    # `kill` or `timeout` ends the run as ^C does: the daemon and the broker are stopped
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

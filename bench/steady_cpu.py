@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import signal
 import statistics
 import sys
 import tempfile
@@ -47,12 +48,17 @@ def _one(bootstrap: str, rate: float, env: list[str], args: argparse.Namespace) 
         env=env,
     )
     rows: list[Row] = []
-    with contextlib.redirect_stdout(io.StringIO()):
-        soak(run, bootstrap, rows)
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = soak(run, bootstrap, rows)
+    if code == 2:  # aborted (^C, SIGTERM, the daemon not ready): no figure to take
+        sys.exit(output.getvalue())
     return rows
 
 
 def main() -> None:
+    # `kill` or `timeout` ends the run as ^C does: the daemon and the broker are stopped
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="1,10,50,300", help="traces per second, comma-separated")
     parser.add_argument("--seconds", type=float, default=60.0, help="each run's length (60)")
