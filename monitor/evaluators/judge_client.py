@@ -453,7 +453,7 @@ class JudgeClient:
                 body["seed"] = cfg.seed
             # `client.post` is the SDK's documented way to send a body as it is:
             # `chat.completions.create` first walks it through its type-driven transform,
-            # which for these plain dicts changes nothing and costs a third of the call.
+            # which for these plain dicts changes nothing and cost a fifth of the call.
             return self._chat.client.post("/chat/completions", body=body, cast_to=ChatCompletion)
 
         return request
