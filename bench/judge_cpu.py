@@ -29,7 +29,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, os.environ.get("RAGMON_BENCH_TREE") or str(REPO))
+_tree = os.environ.get("RAGMON_BENCH_TREE")  # the judge's code from there, as bench/ingest.py
+sys.path[:0] = [str(Path(_tree).resolve())] if _tree else []
+sys.path.insert(1 if _tree else 0, str(REPO))
+# bound now: bench.judge_cost puts this checkout first on sys.path when imported, and the
+# tree's `monitor` must stay the one every later import resolves to
+import monitor  # noqa: E402, F401
 
 
 async def _judge_all(passes: int) -> float:
