@@ -2,7 +2,7 @@
 
     python bench/estimates.py [--reps 200] [--traces 20000] [--judge-error 0.05]
                               [--rates 0.02,0.05,0.1,0.3] [--folds 5] [--seed 0] [--json OUT]
-                              [--oracle-tier0]
+                              [--oracle-tier0] [--metric faithfulness|answer_relevancy]
 
 Streams of traces are built from the labelled RAG answers of ``data/hallucination/`` that have
 a question (see data/README.md), at a chosen true unfaithful rate, as conversations of several
@@ -40,6 +40,17 @@ fitted on the uniform draw of a stream built from the other folds, long enough t
 window (as in a daemon that has run a while), then frozen; the reported stream is built from the
 held-out fold alone. Nothing is tuned on the items the figures are reported on.
 
+``--metric answer_relevancy`` replays the same way the share of answers below the relevancy
+threshold (0.7): the items are WikiEval's questions (``data/hallucination/
+wikieval_pairs_dev.jsonl``), each with its answer and its ``poor_answer``, which WikiEval wrote to
+answer the question incompletely and its annotators judged the less relevant of the two; the
+simulated judge gives the answer 1 and the poor answer 0 (flipped with ``--judge-error``); the
+prediction is calibrated from tier 0's own ``answer_relevancy``, as in the daemon. Folds are by
+question. Tier 0's ``answer_relevancy`` is deterministic (nothing to refit); the priorities come
+from the shipped grounding model's support, which was fitted on these questions' grounded and
+ungrounded answers (not the poor ones): it decides only which traces are judged by a known
+chance, never a prediction.
+
 The calibration here is a daemon's after a while, not learning any more: the prediction-powered
 estimate's bias when the calibration learns while the traffic is scored, with the daemon's
 timing, is measured by ``bench/estimates_timing.py``.
@@ -64,7 +75,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.cv import grouped_folds  # noqa: E402
-from bench.detect import DEFAULT_DATA, Item, load_items  # noqa: E402
+from bench.detect import _EPOCH, DEFAULT_DATA, Item, load_items  # noqa: E402
 from bench.train_tier0 import Example, fit_model, model_of  # noqa: E402
 from monitor.config.scoring import EstimatesConfig, SamplingConfig  # noqa: E402
 from monitor.estimates.calibration import (  # noqa: E402
@@ -86,10 +97,16 @@ from monitor.evaluators.heuristic import HeuristicEvaluator  # noqa: E402
 from monitor.evaluators.sampler import Sampler, unit_hash  # noqa: E402
 from monitor.metrics import AgentLabels  # noqa: E402
 from monitor.metrics_catalog import ESTIMATE_TERMS, ESTIMATE_WEIGHTED_TERMS, create  # noqa: E402
-from monitor.models import EvaluationResult, PriorityReason, Score  # noqa: E402
+from monitor.models import Context, EvaluationResult, PriorityReason, Score, Trace  # noqa: E402
 from tests.support.clock import Clock  # noqa: E402
 
 METRIC = "faithfulness"
+RELEVANCY = "answer_relevancy"
+RELEVANCY_DATA = "wikieval_pairs_dev.jsonl"
+WORDING = {  # per metric: what a label of 1 ("below the threshold") is, for the report
+    METRIC: ("unfaithful", "faithfulness below 0.8"),
+    RELEVANCY: ("weak", "answer relevancy below 0.7: WikiEval's poor answers"),
+}
 ICC = 0.2  # intra-conversation correlation of the propensity to invent
 MEAN_EXTRA_TURNS = 2.5  # turns per conversation: 1 + Poisson(2.5)
 METHODS = (
@@ -107,10 +124,11 @@ METHODS = (
 class Case:
     """One labelled item as a trace, with tier 0 computed once."""
 
-    item: Item
+    item: Item  # `item.hallucinated`: below the metric's threshold (unfaithful, or weak)
     language: str  # the calibration's key (answer language)
     tier0: EvaluationResult
-    support: dict[int, float] = field(default_factory=dict)  # fold -> support, model refitted
+    # fold -> the metric's tier-0 predictor: support (its model refitted), or answer_relevancy
+    support: dict[int, float] = field(default_factory=dict)
     priority: dict[int, PriorityReason | None] = field(default_factory=dict)  # fold -> rule
 
 
@@ -120,7 +138,7 @@ class Stream:
 
     cases: list[int]
     conversations: list[str]
-    unfaithful: np.ndarray  # the simulated judge: 1 = below the faithfulness threshold
+    unfaithful: np.ndarray  # the simulated judge: 1 = below the metric's threshold
     human: np.ndarray  # the human label
 
 
@@ -311,26 +329,26 @@ def draws(stream: Stream, cases: list[Case], fold: int) -> Iterator[tuple[bool, 
         yield chosen.uniform, cases[case], 1.0 - float(bad), conversation
 
 
-def calibrate(stream: Stream, cases: list[Case], fold: int) -> Calibrations:
+def calibrate(stream: Stream, cases: list[Case], fold: int, metric: str = METRIC) -> Calibrations:
     """The daemon's calibrations learnt on the uniform draw of a training stream, whose labels
     all arrived in epoch 0; the reported stream is read later, when they are all in."""
     config = EstimatesConfig()
     calibrations = Calibrations.from_config(config)
     for drawn, c, judge, conversation in draws(stream, cases, fold):
         if drawn:
-            calibration = calibrations.get(METRIC, c.language)
+            calibration = calibrations.get(metric, c.language)
             calibration.add(c.support[fold], judge, fold=fold_of(conversation), epoch=0)
     return calibrations
 
 
 def frozen_predictions(
-    stream: Stream, cases: list[Case], fold: int, calibrations: Calibrations
+    stream: Stream, cases: list[Case], fold: int, calibrations: Calibrations, metric: str = METRIC
 ) -> list[float]:
     """Every trace's prediction of the share below the threshold, read in epoch 1."""
     out = []
     for case, conversation in zip(stream.cases, stream.conversations, strict=True):
         c = cases[case]
-        calibration = calibrations.get(METRIC, c.language)
+        calibration = calibrations.get(metric, c.language)
         out.append(calibration.predict(c.support[fold], fold=fold_of(conversation), epoch=1).below)
     return out
 
@@ -484,6 +502,7 @@ class Prepared:
     usable: list[int]  # the stream's items: with a question that tier 0 scores
     judge_error: float
     info: dict[str, Any]
+    metric: str = METRIC
 
     def members(self, fold: int, held_out: bool) -> list[int]:
         return [i for i in self.usable if (self.folds[i] == fold) == held_out]
@@ -548,6 +567,58 @@ def prepare(data: Path, k: int, seed: int, judge_error: float, oracle: bool = Fa
     return Prepared(cases, folds, usable, judge_error, info)
 
 
+def relevancy_items(data: Path) -> list[Item]:
+    """Two items per WikiEval question: its answer (relevant) and its poor answer (below the
+    relevancy threshold), each over the question's clean context."""
+    items = []
+    with (data / RELEVANCY_DATA).open(encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            row: dict[str, Any] = json.loads(line)
+            for kind, weak in (("answer", False), ("poor_answer", True)):
+                item_id = f"{row['id']}-{kind}"
+                trace = Trace(
+                    trace_id=item_id,
+                    timestamp=_EPOCH,
+                    query=row["question"],
+                    contexts=[Context(id=f"{row['id']}#0", text=row["context_v1"], rank=0)],
+                    answer=row[kind],
+                )
+                items.append(Item(item_id, RELEVANCY_DATA, "WikiEval", row["id"], weak, trace))
+    return items
+
+
+def prepare_relevancy(data: Path, k: int, seed: int, judge_error: float) -> Prepared:
+    started = time.perf_counter()
+    cases, tier0_cpu = score_cases(relevancy_items(data))
+    sampler = Sampler(SamplingConfig())
+    usable = [i for i, c in enumerate(cases) if c.tier0.scores[RELEVANCY].value is not None]
+    folds = np.full(len(cases), -1, dtype=int)
+    its = [cases[i].item for i in usable]
+    folds[usable] = grouped_folds(
+        [it.group for it in its],
+        [it.source for it in its],
+        [it.hallucinated for it in its],
+        k,
+        seed,
+    )
+    for i in usable:
+        c = cases[i]
+        predictor = c.tier0.scores[RELEVANCY].value
+        assert predictor is not None
+        priority = sampler.priority_reason(c.item.trace, c.tier0)
+        c.support = dict.fromkeys(range(k), predictor)
+        c.priority = dict.fromkeys(range(k), priority)
+    info = {
+        "items": len(usable),
+        "unfaithful_items": sum(cases[i].item.hallucinated for i in usable),
+        "tier0_seconds": time.perf_counter() - started,
+        "tier0_cpu_ms_p50": float(np.median(tier0_cpu)),
+    }
+    return Prepared(cases, folds, usable, judge_error, info, RELEVANCY)
+
+
 WARM_UP = math.ceil(EstimatesConfig().calibration_window / SamplingConfig().rate)
 """Traces whose uniform draw fills a calibration's window: a daemon that has run a while."""
 
@@ -561,10 +632,15 @@ def run(
     seed: int,
     data: Path,
     oracle: bool = False,
+    metric: str = METRIC,
 ) -> tuple[list[Summary], dict[str, Any]]:
     started = time.perf_counter()
-    prepared = prepare(data, k, seed, judge_error, oracle)
+    if metric == RELEVANCY:
+        prepared = prepare_relevancy(data, k, seed, judge_error)
+    else:
+        prepared = prepare(data, k, seed, judge_error, oracle)
     cases, info = prepared.cases, prepared.info
+    info["metric"] = metric
     info["recording_cpu_us"] = recording_cost([cases[i] for i in prepared.usable])
     info["warm_up_traces"] = WARM_UP
     summaries = []
@@ -575,10 +651,10 @@ def run(
             fold = rep % k
             train = prepared.members(fold, held_out=False)
             train_stream = prepared.stream(train, rate, WARM_UP, rng, f"train-{rate}-{rep}")
-            calibrations = calibrate(train_stream, cases, fold)
+            calibrations = calibrate(train_stream, cases, fold, metric)
             test = prepared.members(fold, held_out=True)
             stream = prepared.stream(test, rate, traces, rng, f"test-{rate}-{rep}")
-            predictions = frozen_predictions(stream, cases, fold, calibrations)
+            predictions = frozen_predictions(stream, cases, fold, calibrations, metric)
             outcomes.append(estimate_stream(stream, select(stream, cases, fold), predictions))
         summaries.append(summarise(rate, outcomes))
     info["seconds"] = time.perf_counter() - started
@@ -588,9 +664,10 @@ def run(
 def print_report(
     summaries: list[Summary], info: dict[str, Any], traces: int, judge_error: float, k: int
 ) -> None:
+    bad, meaning = WORDING[info["metric"]]
     print(
-        f"Share of unfaithful answers (judge-grade) estimated from streams of {traces} traces "
-        f"built from {info['items']} labelled items ({info['unfaithful_items']} unfaithful), "
+        f"Share of {bad} answers ({meaning}; judge-grade) estimated from streams of {traces} "
+        f"traces built from {info['items']} labelled items ({info['unfaithful_items']} {bad}), "
         f"default sampling (5% uniform draw of conversations, priorities on and capped); "
         f"simulated judge = human label flipped with probability {judge_error}; held out by "
         f"source over {k} folds."
@@ -600,7 +677,7 @@ def print_report(
     for s in summaries:
         print()
         print(
-            f"true unfaithful rate {s.rate:.0%}: judge-grade truth {s.truth:.4f} (human "
+            f"true {bad} rate {s.rate:.0%}: judge-grade truth {s.truth:.4f} (human "
             f"{s.human:.4f}), {s.reps} streams, {s.judged:.0f} judged per stream of which "
             f"{s.priority_share:.0%} priority"
         )
@@ -629,6 +706,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", type=int, default=20_000, help="traces per stream")
     parser.add_argument("--judge-error", type=float, default=0.05)
     parser.add_argument("--rates", default="0.02,0.05,0.1,0.3", help="true unfaithful rates")
+    parser.add_argument(
+        "--metric",
+        choices=(METRIC, RELEVANCY),
+        default=METRIC,
+        help="the judge metric whose share below its threshold is estimated",
+    )
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
@@ -638,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
         help="tier 0's support is the human label: the floor of the interval's width",
     )
     args = parser.parse_args(argv)
+    if args.oracle_tier0 and args.metric != METRIC:
+        parser.error("--oracle-tier0 replaces the support: faithfulness only")
     rates = [float(r) for r in args.rates.split(",")]
     summaries, info = run(
         rates,
@@ -648,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seed,
         args.data,
         args.oracle_tier0,
+        args.metric,
     )
     if args.oracle_tier0:
         print("tier 0 replaced by an oracle: the support is the human label")
