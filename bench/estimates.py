@@ -198,9 +198,13 @@ def recording_cost(cases: list[Case], rounds: int = 20) -> float:
     return (time.process_time() - started) * 1e6 / (rounds * len(cases))
 
 
-def assign_folds(cases: list[Case], k: int, seed: int) -> np.ndarray:
-    """Folds by source over every item tier 0 measures (as bench/detect.py), -1 for the rest."""
-    measured = [i for i, c in enumerate(cases) if c.item.features]
+def assign_folds(
+    cases: list[Case], k: int, seed: int, measured: list[int] | None = None
+) -> np.ndarray:
+    """Folds by source over the items in `measured` (default: every item tier 0 measures, as
+    bench/detect.py), -1 for the rest."""
+    if measured is None:
+        measured = [i for i, c in enumerate(cases) if c.item.features]
     folds = np.full(len(cases), -1, dtype=int)
     its = [cases[i].item for i in measured]
     folds[measured] = grouped_folds(
@@ -594,15 +598,7 @@ def prepare_relevancy(data: Path, k: int, seed: int, judge_error: float) -> Prep
     cases, tier0_cpu = score_cases(relevancy_items(data))
     sampler = Sampler(SamplingConfig())
     usable = [i for i, c in enumerate(cases) if c.tier0.scores[RELEVANCY].value is not None]
-    folds = np.full(len(cases), -1, dtype=int)
-    its = [cases[i].item for i in usable]
-    folds[usable] = grouped_folds(
-        [it.group for it in its],
-        [it.source for it in its],
-        [it.hallucinated for it in its],
-        k,
-        seed,
-    )
+    folds = assign_folds(cases, k, seed, usable)
     for i in usable:
         c = cases[i]
         predictor = c.tier0.scores[RELEVANCY].value
