@@ -11,6 +11,7 @@ through its fixture gets the marker without saying so.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import shutil
@@ -25,6 +26,8 @@ from tests.support.kafka_broker import BrokerUnavailable, KafkaBroker
 from tests.support.services import service_unavailable
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from tests.support.llama_servers import Installed
 
 
@@ -125,9 +128,32 @@ async def postgres_url() -> AsyncIterator[str]:
     try:
         yield make_url(base).set(database=name).render_as_string(hide_password=False)
     finally:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        await _drop_database(admin, name)
         await admin.dispose()
+
+
+DROP_ATTEMPTS = 50  # 0.1 s apart: an autovacuum worker's visit to an empty database is brief
+
+
+async def _drop_database(admin: AsyncEngine, name: str) -> None:
+    """Drop a test database, its sessions terminated. FORCE cannot terminate an autovacuum
+    worker that happens to be visiting the new database (it runs as no role, so PostgreSQL
+    answers 42501, "must be a member of the role whose process is being terminated"): wait
+    for it to leave and try again."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from monitor.sinks.store_faults import sqlstate
+
+    for attempt in range(DROP_ATTEMPTS):
+        try:
+            async with admin.connect() as conn:
+                await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            return
+        except DBAPIError as exc:
+            if sqlstate(exc) != "42501" or attempt == DROP_ATTEMPTS - 1:
+                raise
+        await asyncio.sleep(0.1)
 
 
 @pytest.fixture(scope="session")
