@@ -61,7 +61,7 @@ __all__ = ["auroc"]
 
 DEFAULT_DATA = REPO / "data" / "hallucination"
 DEV_FILES = ("dev_en.jsonl", "dev_ja.jsonl")
-_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+EPOCH = datetime(2025, 1, 1, tzinfo=UTC)  # the timestamp of every labelled item's trace
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def load_items(data_dir: Path, files: Iterable[str] = DEV_FILES) -> list[Item]:
                 row: dict[str, Any] = json.loads(line)
                 trace = Trace(
                     trace_id=str(row["id"]),
-                    timestamp=_EPOCH,
+                    timestamp=EPOCH,
                     query=row.get("question") or "",
                     contexts=[
                         Context(id=f"{row['id']}#{i}", text=text, rank=i)

@@ -75,7 +75,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.cv import grouped_folds  # noqa: E402
-from bench.detect import _EPOCH, DEFAULT_DATA, Item, load_items  # noqa: E402
+from bench.detect import DEFAULT_DATA, EPOCH, Item, load_items  # noqa: E402
 from bench.train_tier0 import Example, fit_model, model_of  # noqa: E402
 from monitor.config.scoring import EstimatesConfig, SamplingConfig  # noqa: E402
 from monitor.estimates.calibration import (  # noqa: E402
@@ -584,7 +584,7 @@ def relevancy_items(data: Path) -> list[Item]:
                 item_id = f"{row['id']}-{kind}"
                 trace = Trace(
                     trace_id=item_id,
-                    timestamp=_EPOCH,
+                    timestamp=EPOCH,
                     query=row["question"],
                     contexts=[Context(id=f"{row['id']}#0", text=row["context_v1"], rank=0)],
                     answer=row[kind],
