@@ -12,8 +12,13 @@ Two paths, each in a fresh process per round (``time.process_time`` per trace):
 
 The RAG turns are ``bench/ingest.py``'s (four spans a turn, 20 turns an OTLP protobuf export).
 Each ``--tree DIR`` (a source tree holding another ``monitor``) is timed too, the trees taking
-turns round by round, so that they share the machine's load; compare the ratios. To see where
-the time goes::
+turns round by round, so that they share the machine's load; compare the ratios.
+
+``--steps`` times each step alone with the garbage collector off, the best of several passes:
+``split`` (exports into per-trace parts), ``assemble`` (the assembler taking the parts and
+releasing the complete traces), ``decode`` (a part into span records), ``map`` (span records
+onto a `Trace`) and ``stamp`` (the rest of a release's mapping: merging its parts, the digest
+of what it maps to, the assembly stamp). To see where the time goes::
 
     py-spy record -r 250 -f raw -o otlp.raw -- python bench/otlp_stage.py --worker single
 """
@@ -33,7 +38,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PATHS = ("single", "topics")
-STEPS = ("split", "decode", "map")
+STEPS = ("split", "assemble", "decode", "map", "stamp")
 STEP_REPEATS = 5  # each step's timing in a worker: the best of these passes
 
 
@@ -124,7 +129,9 @@ def steps_worker(traces: int) -> dict[str, float]:
 
     sys.path.insert(1, str(REPO))
     from bench.ingest import _turns, otlp_exports
+    from monitor.formats.assembly import TraceAssembler
     from monitor.formats.otlp import decode_otlp, spans_to_trace
+    from monitor.formats.otlp_release import map_release
     from monitor.formats.otlp_split import split_by_trace
 
     exports = otlp_exports(_turns(traces))
@@ -141,11 +148,33 @@ def steps_worker(traces: int) -> dict[str, float]:
         return fastest * 1e6 / traces, result
 
     split, splits = best(lambda: [split_by_trace(e, "otlp_proto") for e in exports])
+
+    def assemble() -> list[Any]:  # each export's parts added, then what is complete released
+        assembler: TraceAssembler[int] = TraceAssembler(
+            max_seconds=30, grace_seconds=30, max_traces=traces, max_bytes=1 << 40
+        )
+        releases = []
+        for n, done in enumerate(splits):
+            for part in done.parts:
+                assembler.add(part.trace_id, part.data, part.shapes, n, 1.0, None)
+            releases += assembler.pop_ready(1.0)
+        return releases
+
+    assembled, releases = best(assemble)
     parts = [part.data for done in splits for part in done.parts]
     decode, _ = best(lambda: [decode_otlp(p, "otlp_proto") for p in parts])
     both, traced = best(lambda: [spans_to_trace(decode_otlp(p, "otlp_proto")) for p in parts])
     assert len(traced) == traces and all(t is not None for t in traced)
-    return {"split": split, "decode": decode, "map": both - decode}
+    # a release's mapping also merges its parts, hashes what it maps to and stamps the trace
+    whole, mapped = best(lambda: [map_release(r, False) for r in releases])
+    assert len(mapped) == traces and all(m is not None for m in mapped)
+    return {
+        "split": split,
+        "assemble": assembled,
+        "decode": decode,
+        "map": both - decode,
+        "stamp": whole - both,
+    }
 
 
 def steps(trees: list[Path], traces: int, rounds: int) -> None:

@@ -1,10 +1,12 @@
-"""What the garbage collector costs the native scored run, by generation.
+"""What the garbage collector costs the scored run, by generation.
 
-    python bench/scored_gc.py [--scored 12000] [--young 7000] [--middle 10] [--old 10]
+    python bench/scored_gc.py [--input native|otlp] [--scored 12000] [--young 7000]
+        [--middle 10] [--old 10]
     RAGMON_BENCH_TREE=DIR python bench/scored_gc.py     # another tree's `monitor` (a compiled one)
 
 Starts the test broker, produces ``--scored`` RAG turns as native JSON (three a conversation,
-as `bench/ingest.py` scores them) and runs the same scored measurement as
+as `bench/ingest.py` scores them), or with ``--input otlp`` as the OTLP protobuf exports
+`bench/ingest.py` writes, read by a single replica, and runs the same scored measurement as
 `bench/scored_profile.py` (default scoring stage, SQLite store, results topic, no judge) with
 the collector's thresholds set first: ``--middle`` and ``--old`` as given, the youngest
 generation's as the daemon sets it while consuming (`monitor.daemon`), ``--young`` here. From
@@ -30,10 +32,11 @@ _tree = os.environ.get("RAGMON_BENCH_TREE")
 sys.path[:0] = [str(Path(_tree).resolve())] if _tree else []
 sys.path.insert(1 if _tree else 0, str(REPO))
 
-from bench.ingest import Topics, _turns  # noqa: E402
+from bench.ingest import Topics, _turns, otlp_exports  # noqa: E402
 from bench.scored_rate import scored  # noqa: E402
 from monitor import daemon as daemon_module  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
+from tests.support.kafka_io import produce  # noqa: E402
 
 
 class Collections:
@@ -56,20 +59,25 @@ class Collections:
         self.seconds[generation] += time.thread_time() - self._started
 
 
-async def measure(bootstrap: str, count: int, collections: Collections) -> tuple[float, float]:
+async def measure(
+    bootstrap: str, count: int, collections: Collections, otlp: bool = False
+) -> tuple[float, float]:
     """The run's traces/s (burst) and CPU per trace (ms)."""
     topics = Topics(bootstrap)
     await topics.create()
-    await topics.produce_native(_turns(count))
+    if otlp:
+        await produce(bootstrap, topics.otlp, otlp_exports(_turns(count)))
+        settings = topics.settings([], otlp=True, single=True)
+    else:
+        await topics.produce_native(_turns(count))
+        settings = topics.settings([topics.scored_native])
 
     def attach() -> None:
         collections.on = True
 
     gc.callbacks.append(collections)
     try:
-        run = await scored(
-            topics.settings([topics.scored_native]), count, topics.results, on_first_read=attach
-        )
+        run = await scored(settings, count, topics.results, on_first_read=attach)
     finally:
         collections.on = False
         gc.callbacks.remove(collections)
@@ -79,6 +87,7 @@ async def measure(bootstrap: str, count: int, collections: Collections) -> tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scored", type=int, default=12_000, help="RAG turns scored")
+    parser.add_argument("--input", choices=("native", "otlp"), default="native")
     parser.add_argument("--young", type=int, default=daemon_module.YOUNG_COLLECTION_THRESHOLD)
     parser.add_argument("--middle", type=int, default=gc.get_threshold()[1])
     parser.add_argument("--old", type=int, default=gc.get_threshold()[2])
@@ -90,7 +99,9 @@ def main() -> None:
 
     collections = Collections()
     with tempfile.TemporaryDirectory() as workdir, KafkaBroker(Path(workdir)) as broker:
-        rate, cpu_ms = asyncio.run(measure(broker.bootstrap, args.scored, collections))
+        rate, cpu_ms = asyncio.run(
+            measure(broker.bootstrap, args.scored, collections, otlp=args.input == "otlp")
+        )
     per_trace = sum(collections.seconds) * 1e6 / args.scored
     print(
         f"thresholds {args.young} / {args.middle} / {args.old}: {rate:,.0f} traces/s, "
