@@ -230,6 +230,15 @@ class Topics:
         )
         return natives
 
+    async def produce_scored(self, turns: list[Turn], otlp: bool) -> Settings:
+        """`turns` where a scored run reads them (native traces, or with `otlp` OTLP protobuf
+        exports for a single replica), and that run's settings."""
+        if otlp:
+            await produce(self.bootstrap, self.otlp, otlp_exports(turns))
+            return self.settings([], otlp=True, single=True)
+        await self.produce_native(turns)
+        return self.settings([self.scored_native])
+
     def settings(self, topics: list[str], otlp: bool = False, single: bool = False) -> Settings:
         kafka: dict[str, Any] = {"format": "auto"}
         if otlp:

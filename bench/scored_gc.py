@@ -32,11 +32,10 @@ _tree = os.environ.get("RAGMON_BENCH_TREE")
 sys.path[:0] = [str(Path(_tree).resolve())] if _tree else []
 sys.path.insert(1 if _tree else 0, str(REPO))
 
-from bench.ingest import Topics, _turns, otlp_exports  # noqa: E402
+from bench.ingest import Topics, _turns  # noqa: E402
 from bench.scored_rate import scored  # noqa: E402
 from monitor import daemon as daemon_module  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
-from tests.support.kafka_io import produce  # noqa: E402
 
 
 class Collections:
@@ -65,12 +64,7 @@ async def measure(
     """The run's traces/s (burst) and CPU per trace (ms)."""
     topics = Topics(bootstrap)
     await topics.create()
-    if otlp:
-        await produce(bootstrap, topics.otlp, otlp_exports(_turns(count)))
-        settings = topics.settings([], otlp=True, single=True)
-    else:
-        await topics.produce_native(_turns(count))
-        settings = topics.settings([topics.scored_native])
+    settings = await topics.produce_scored(_turns(count), otlp)
 
     def attach() -> None:
         collections.on = True

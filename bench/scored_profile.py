@@ -44,12 +44,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.ingest import Topics, _turns, otlp_exports  # noqa: E402
+from bench.ingest import Topics, _turns  # noqa: E402
 from bench.pyspy_raw import stacks as read_stacks  # noqa: E402
 from bench.scored_loop import SqliteThreads  # noqa: E402
 from bench.scored_rate import scored  # noqa: E402
 from monitor.logs import configure_logging  # noqa: E402
-from tests.support.kafka_io import produce  # noqa: E402
 
 TIER0 = "monitor/evaluators/"
 SQLITE = "_connection_worker_thread"  # aiosqlite's thread
@@ -143,13 +142,7 @@ async def measure(
     """The run's CPU per trace (ms) and its SQLite threads' (µs)."""
     topics = Topics(bootstrap)
     await topics.create()
-    turns = _turns(count)
-    if otlp:
-        await produce(bootstrap, topics.otlp, otlp_exports(turns))
-        settings = topics.settings([], otlp=True, single=True)
-    else:
-        await topics.produce_native(turns)
-        settings = topics.settings([topics.scored_native])
+    settings = await topics.produce_scored(_turns(count), otlp)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     profiler: list[subprocess.Popen[bytes]] = []
     sqlite = SqliteThreads()
